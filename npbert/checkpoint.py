@@ -1,0 +1,216 @@
+"""Reading BERT's five embedding tensors and their config from a local checkpoint directory.
+
+safetensors only: npbert never unpickles, so a pytorch_model.bin is refused with a way out.
+Real checkpoints name the tensors differently, and all of these load:
+    [prefix.]embeddings.word_embeddings.weight           prefix: "", "bert.", ...
+    [prefix.]embeddings.LayerNorm.weight | .gamma        (.gamma/.beta: bert-base-uncased)
+An integer `embeddings.position_ids` buffer, in older exports, is ignored.
+"""
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from npbert.errors import InputError
+
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5")
+
+# EmbeddingWeights field -> the tensor name after "[prefix.]embeddings.", legacy names after.
+TENSOR_NAMES = {
+    "word_embeddings": ("word_embeddings.weight",),
+    "position_embeddings": ("position_embeddings.weight",),
+    "token_type_embeddings": ("token_type_embeddings.weight",),
+    "layer_norm_weight": ("LayerNorm.weight", "LayerNorm.gamma"),
+    "layer_norm_bias": ("LayerNorm.bias", "LayerNorm.beta"),
+}
+ANCHOR = "embeddings.word_embeddings.weight"
+
+
+@dataclass(frozen=True, eq=False)
+class EmbeddingWeights:
+    """BERT's embedding parameters as float32 arrays, named as in Hugging Face's BertEmbeddings."""
+
+    word_embeddings: np.ndarray  # (V, H) float32
+    position_embeddings: np.ndarray  # (P, H) float32
+    token_type_embeddings: np.ndarray  # (T, H) float32
+    layer_norm_weight: np.ndarray  # (H,) float32, gamma
+    layer_norm_bias: np.ndarray  # (H,) float32, beta
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    source: dict = field(default_factory=dict)  # where these came from: model, revision, sha256
+
+    @property
+    def vocab_size(self) -> int:
+        return self.word_embeddings.shape[0]
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return self.position_embeddings.shape[0]
+
+    @property
+    def type_vocab_size(self) -> int:
+        return self.token_type_embeddings.shape[0]
+
+    @property
+    def hidden_size(self) -> int:
+        return self.word_embeddings.shape[1]
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    """Where one embedding tensor lives: file, name in the file, stored dtype and shape."""
+
+    file: Path
+    name: str
+    dtype: str  # safetensors dtype string: F32, F16, BF16
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * {"F32": 4, "F16": 2, "BF16": 2}.get(
+            self.dtype, 0
+        )
+
+
+def read_config(directory: Path) -> dict:
+    """config.json as a dict; refuses models whose embedding layer is not BERT's."""
+    path = directory / "config.json"
+    if not path.is_file():
+        raise InputError(f"{directory} has no config.json: npbert needs it for layer_norm_eps")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path} is not valid JSON: {error}") from None
+    kind = config.get("position_embedding_type", "absolute")
+    if kind != "absolute":
+        raise InputError(
+            f"{path}: position_embedding_type is {kind!r}; npbert implements BERT's learned "
+            "absolute position embeddings only"
+        )
+    return config
+
+
+def weight_files(directory: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it (one file, or shards from the index)."""
+    single = directory / WEIGHTS_FILE
+    index = directory / INDEX_FILE
+    if single.is_file():
+        with _open(single) as f:
+            return dict.fromkeys(f.keys(), single)
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        return {name: directory / shard for name, shard in weight_map.items()}
+    pickled = [name for name in PICKLE_FILES if (directory / name).exists()]
+    if pickled:
+        raise InputError(
+            f"{directory} has only {pickled[0]}: npbert reads safetensors and never unpickles. "
+            "Convert it once with transformers: "
+            "AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"
+        )
+    raise InputError(f"{directory} has no {WEIGHTS_FILE} or {INDEX_FILE}")
+
+
+def find_embedding_tensors(directory: Path) -> dict[str, StoredTensor]:
+    """EmbeddingWeights field -> StoredTensor, whatever prefix and LayerNorm names are used."""
+    files = weight_files(directory)
+    prefixes = sorted(name[: -len(ANCHOR)] for name in files if name.endswith(ANCHOR))
+    if len(prefixes) != 1:
+        found = "none" if not prefixes else ", ".join(p + ANCHOR for p in prefixes)
+        raise InputError(f"{directory}: expected one '*{ANCHOR}' tensor, found {found}")
+    stem = prefixes[0] + "embeddings."
+    names = {}
+    for field_name, candidates in TENSOR_NAMES.items():
+        present = [stem + c for c in candidates if stem + c in files]
+        if not present:
+            raise InputError(f"{directory}: no tensor named {' or '.join(stem + c for c in candidates)}")
+        names[field_name] = present[0]
+    return {key: _describe(files[name], name) for key, name in names.items()}
+
+
+def _open(path: Path):
+    """safetensors' own reader; a damaged file is bad input, not a crash."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise InputError(f"{path.name} is missing from {path.parent}")
+    try:
+        return safe_open(path, framework="numpy")
+    except SafetensorError as error:
+        raise InputError(f"{path} is not a valid safetensors file: {error}") from None
+
+
+def _describe(path: Path, name: str) -> StoredTensor:
+    with _open(path) as f:
+        tensor = f.get_slice(name)
+        return StoredTensor(path, name, tensor.get_dtype(), tuple(tensor.get_shape()))
+
+
+def read_tensor(stored: StoredTensor) -> np.ndarray:
+    """One stored tensor as a float32 array."""
+    if stored.dtype == "BF16":
+        return _read_bfloat16(stored)
+    if stored.dtype not in ("F32", "F16"):
+        raise InputError(f"{stored.file.name}: {stored.name} is {stored.dtype}, not a float tensor")
+    with _open(stored.file) as f:
+        return f.get_tensor(stored.name).astype(np.float32, copy=False)
+
+
+def _read_bfloat16(stored: StoredTensor) -> np.ndarray:
+    """bfloat16 is the top half of a float32, so widening is a 16-bit shift: exact, no rounding.
+
+    safetensors' NumPy loader refuses BF16 (NumPy has no such dtype), so the bytes are read
+    here; the tensor's offsets come from huggingface_hub's header parser. The data buffer
+    starts after the format's 8-byte little-endian header length and the header itself.
+    """
+    from huggingface_hub import parse_local_safetensors_file_metadata
+
+    begin, end = parse_local_safetensors_file_metadata(stored.file).tensors[stored.name].data_offsets
+    with open(stored.file, "rb") as f:
+        (header_length,) = struct.unpack("<Q", f.read(8))
+        f.seek(8 + header_length + begin)
+        raw = np.frombuffer(f.read(end - begin), dtype="<u2")
+    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(stored.shape)
+
+
+def check_shapes(tensors: dict[str, StoredTensor], config: dict, directory: Path) -> None:
+    """The five shapes must agree with each other and with config.json."""
+    hidden = tensors["word_embeddings"].shape[-1]
+    expected = {
+        "word_embeddings": (config.get("vocab_size"), hidden),
+        "position_embeddings": (config.get("max_position_embeddings"), hidden),
+        "token_type_embeddings": (config.get("type_vocab_size"), hidden),
+        "layer_norm_weight": (hidden,),
+        "layer_norm_bias": (hidden,),
+    }
+    if config.get("hidden_size", hidden) != hidden:
+        raise InputError(
+            f"{directory}: word_embeddings has hidden size {hidden}, "
+            f"config.json says hidden_size {config['hidden_size']}"
+        )
+    for key, want in expected.items():
+        got = tensors[key].shape
+        if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got)):
+            shown = tuple("?" if w is None else w for w in want)
+            raise InputError(
+                f"{directory}: {tensors[key].name} has shape {got}, expected {shown} "
+                "from the other tensors and config.json"
+            )
+
+
+def load_checkpoint(directory: Path, source: dict | None = None) -> EmbeddingWeights:
+    """The five embedding tensors of a local checkpoint directory, as float32."""
+    config = read_config(directory)
+    tensors = find_embedding_tensors(directory)
+    check_shapes(tensors, config, directory)
+    arrays = {key: read_tensor(stored) for key, stored in tensors.items()}
+    return EmbeddingWeights(
+        **arrays,
+        layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        pad_token_id=int(config.get("pad_token_id") or 0),
+        source=dict(source or {"model": str(directory)}),
+    )

@@ -1,0 +1,144 @@
+"""npbert's public API: load the weights, embed ids, or embed text with an Embedder."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from npbert.checkpoint import EmbeddingWeights, load_checkpoint
+from npbert.embedding import embedding_stages
+from npbert.errors import InputError
+from npbert.inputs import prepare_ids
+
+
+def resolve(model: str | Path, *, revision: str | None = None) -> tuple[Path, dict]:
+    """A local checkpoint directory as is, or a Hub repo id fetched into the cache.
+
+    Returns (directory, source) where source records the model and, for the Hub, the commit.
+    """
+    from npbert import hub
+
+    return hub.resolve(str(model), revision=revision)
+
+
+def load_weights(model: str | Path, *, revision: str | None = None) -> EmbeddingWeights:
+    """The five embedding tensors of a checkpoint (local directory or Hub repo id) as float32."""
+    directory, source = resolve(model, revision=revision)
+    return load_checkpoint(directory, source)
+
+
+def embed_stages(
+    weights: EmbeddingWeights,
+    input_ids,
+    token_type_ids=None,
+    position_ids=None,
+    *,
+    dtype: type = np.float32,
+) -> dict[str, np.ndarray]:
+    """Every stage of the layer (npbert.embedding.STAGES) for validated ids, in `dtype`.
+
+    input_ids (L,) or (B, L) int; token_type_ids the same shape (default all 0);
+    position_ids (L,) or (B, L) (default 0..L-1). Lookups (..., L, H), output (..., L, H).
+    """
+    input_ids, token_type_ids, position_ids = prepare_ids(
+        input_ids,
+        token_type_ids,
+        position_ids,
+        vocab_size=weights.vocab_size,
+        type_vocab_size=weights.type_vocab_size,
+        max_positions=weights.max_position_embeddings,
+    )
+    return embedding_stages(
+        input_ids,
+        token_type_ids,
+        position_ids,
+        weights.word_embeddings,
+        weights.position_embeddings,
+        weights.token_type_embeddings,
+        weights.layer_norm_weight,
+        weights.layer_norm_bias,
+        weights.layer_norm_eps,
+        dtype=dtype,
+    )
+
+
+def embed(
+    weights: EmbeddingWeights,
+    input_ids,
+    token_type_ids=None,
+    position_ids=None,
+    *,
+    dtype: type = np.float32,
+) -> np.ndarray:
+    """BERT's input embeddings: input_ids (L,) or (B, L) int -> (..., L, H) in `dtype`.
+
+    Token types default to 0 and positions to 0..L-1. Bad ids raise InputError (a ValueError).
+    dtype=np.float64 computes every step in float64 from the stored weights: the exact reference.
+    """
+    return embed_stages(weights, input_ids, token_type_ids, position_ids, dtype=dtype)["embeddings"]
+
+
+@dataclass(frozen=True, eq=False)
+class EmbedderOutput:
+    """Embeddings of tokenized text with the inputs that produced them.
+
+    For a list of texts: embeddings (B, L, H) float32, the rest (B, L) int64, padded to the
+    longest text (attention_mask 0 on padding). For a single text the batch axis is dropped.
+    """
+
+    embeddings: np.ndarray
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray
+    attention_mask: np.ndarray
+    tokens: list
+
+
+class Embedder:
+    """A tokenizer and the embedding weights of one checkpoint: text in, embeddings out."""
+
+    def __init__(self, weights: EmbeddingWeights, tokenizer):
+        self.weights = weights
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_pretrained(cls, model: str | Path, *, revision: str | None = None) -> "Embedder":
+        """Load from a local checkpoint directory or a Hub repo id."""
+        from npbert.tokenize import load_tokenizer
+
+        directory, source = resolve(model, revision=revision)
+        return cls(load_checkpoint(directory, source), load_tokenizer(directory))
+
+    def encode(self, texts: list[str], pairs: list[str] | None = None, *, truncation=False):
+        """Tokenize a batch: npbert.tokenize.Encoding with (B, L) arrays."""
+        from npbert.tokenize import encode
+
+        return encode(
+            self.tokenizer,
+            texts,
+            pairs,
+            max_length=self.weights.max_position_embeddings,
+            pad_token_id=self.weights.pad_token_id,
+            truncation=truncation,
+        )
+
+    def __call__(
+        self,
+        texts: str | list[str],
+        pairs: str | list[str] | None = None,
+        *,
+        truncation: bool = False,
+    ) -> EmbedderOutput:
+        """Embed a text, a list of texts, or texts with `pairs` (sentence B for each text)."""
+        single = isinstance(texts, str)
+        if isinstance(pairs, str) and not single:
+            raise InputError("pairs must be a list with one pair per text when texts is a list")
+        if single:
+            texts = [texts]
+            pairs = None if pairs is None else [pairs]
+        pairs = None if pairs is None else list(pairs)
+        encoding = self.encode(list(texts), pairs, truncation=truncation)
+        embeddings = embed(self.weights, encoding.input_ids, encoding.token_type_ids)
+        arrays = (embeddings, encoding.input_ids, encoding.token_type_ids, encoding.attention_mask)
+        if single:
+            return EmbedderOutput(*(a[0] for a in arrays), tokens=encoding.tokens[0])
+        return EmbedderOutput(*arrays, tokens=encoding.tokens)
