@@ -1,6 +1,6 @@
 """npbert: BERT's embedding layer in pure NumPy.
 
-    from npbert import load_weights, embed, Embedder
+from npbert import load_weights, embed, Embedder
 """
 
 from npbert.checkpoint import EmbeddingWeights

@@ -127,7 +127,8 @@ def find_embedding_tensors(directory: Path) -> dict[str, StoredTensor]:
     for field_name, candidates in TENSOR_NAMES.items():
         present = [stem + c for c in candidates if stem + c in files]
         if not present:
-            raise InputError(f"{directory}: no tensor named {' or '.join(stem + c for c in candidates)}")
+            wanted = " or ".join(stem + c for c in candidates)
+            raise InputError(f"{directory}: no tensor named {wanted}")
         names[field_name] = present[0]
     return {key: _describe(files[name], name) for key, name in names.items()}
 
@@ -169,7 +170,8 @@ def _read_bfloat16(stored: StoredTensor) -> np.ndarray:
     """
     from huggingface_hub import parse_local_safetensors_file_metadata
 
-    begin, end = parse_local_safetensors_file_metadata(stored.file).tensors[stored.name].data_offsets
+    header = parse_local_safetensors_file_metadata(stored.file)
+    begin, end = header.tensors[stored.name].data_offsets
     with open(stored.file, "rb") as f:
         (header_length,) = struct.unpack("<Q", f.read(8))
         f.seek(8 + header_length + begin)
@@ -194,7 +196,10 @@ def check_shapes(tensors: dict[str, StoredTensor], config: dict, directory: Path
         )
     for key, want in expected.items():
         got = tensors[key].shape
-        if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got)):
+        agrees = len(got) == len(want) and all(
+            w is None or w == g for w, g in zip(want, got, strict=True)
+        )
+        if not agrees:
             shown = tuple("?" if w is None else w for w in want)
             raise InputError(
                 f"{directory}: {tensors[key].name} has shape {got}, expected {shown} "

@@ -58,4 +58,5 @@ def embedding_stages(
     normalized = normalize(summed, eps)  # (B, L, H)
     embeddings = normalized * gamma.astype(dtype) + beta.astype(dtype)  # (B, L, H)
     # Dropout comes next in BertEmbeddings; at inference it is the identity, so it is left out.
-    return dict(zip(STAGES, (word, position, token_type, summed, normalized, embeddings)))
+    stages = (word, position, token_type, summed, normalized, embeddings)
+    return dict(zip(STAGES, stages, strict=True))

@@ -10,7 +10,7 @@ def resolve(model: str, *, revision: str | None = None) -> tuple[Path, dict]:
     path = Path(model).expanduser()
     if path.is_dir():
         if revision is not None:
-            raise InputError(f"--revision/revision= applies to Hub repo ids, and {model} is a directory")
+            raise InputError(f"a revision applies to Hub repo ids, and {model} is a directory")
         return path, {"model": str(path.resolve())}
     if model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise InputError(f"{model}: no such checkpoint directory")

@@ -26,7 +26,7 @@ class Encoding:
 
 
 def load_tokenizer(directory: Path):
-    """A tokenizers.Tokenizer (or the library's BertWordPieceTokenizer) with no padding or truncation."""
+    """A tokenizers Tokenizer (or its BertWordPieceTokenizer), padding and truncation off."""
     tokenizer_json = directory / "tokenizer.json"
     vocab_txt = directory / "vocab.txt"
     if tokenizer_json.is_file():
@@ -75,7 +75,7 @@ def encode(
         _check_texts("pairs", pairs)
         if len(pairs) != len(texts):
             raise InputError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
-    inputs = texts if pairs is None else list(zip(texts, pairs))
+    inputs = texts if pairs is None else list(zip(texts, pairs, strict=True))
     if truncation:
         tokenizer.enable_truncation(max_length=max_length)
     pad_token = tokenizer.id_to_token(pad_token_id)

