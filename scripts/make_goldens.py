@@ -63,7 +63,7 @@ def tiny_checkpoints() -> dict[str, Path]:
         num_hidden_layers=1,
         num_attention_heads=2,
         intermediate_size=64,
-        max_position_embeddings=64,
+        max_position_embeddings=128,
         type_vocab_size=2,
         layer_norm_eps=1e-12,
     )
@@ -76,7 +76,7 @@ def tiny_checkpoints() -> dict[str, Path]:
         for k, v in model.state_dict().items()
         if "layer.0.attention" in k or k.startswith("embeddings.")
     }
-    state["embeddings.position_ids"] = torch.arange(64).unsqueeze(0)  # the legacy int buffer
+    state["embeddings.position_ids"] = torch.arange(128).unsqueeze(0)  # the legacy int buffer
     legacy = {
         "bert."
         + k.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
@@ -201,17 +201,17 @@ def tiny_goldens(dirs: dict[str, Path]) -> list[dict]:
     rng = np.random.default_rng(0)
     for name, directory in dirs.items():
         module = load_embeddings(directory)
-        tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True)
+        tokenizer = BertTokenizerFast.from_pretrained(directory)  # from vocab.txt
         base = versions(directory / "model.safetensors", f"tests/data/{name}")
         prefix = name.replace("-", "_")
-        for case, (text, encoded) in text_cases(tokenizer, 64).items():
+        for case, (text, encoded) in text_cases(tokenizer, 128).items():
             written.append(
                 write_golden(f"{prefix}_{case}", module, dict(encoded), {**base, **text})
             )
         batch = {  # every token type, explicit per-row positions, repeated and special ids
             "input_ids": rng.integers(0, len(TINY_VOCAB), size=(3, 20)),
             "token_type_ids": rng.integers(0, 2, size=(3, 20)),
-            "position_ids": np.stack([rng.permutation(64)[:20] for _ in range(3)]),
+            "position_ids": np.stack([rng.permutation(128)[:20] for _ in range(3)]),
         }
         written.append(write_golden(f"{prefix}_random_ids", module, batch, base))
     return written

