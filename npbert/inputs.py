@@ -19,8 +19,10 @@ def as_id_array(name: str, ids) -> np.ndarray:
         array = np.asarray(ids)
     except ValueError as error:  # ragged nested lists
         raise InputError(f"{name} is not a rectangular array: {error}") from None
+    if array.size == 0:
+        raise InputError(f"{name} is empty (shape {array.shape}): nothing to embed")
     if array.dtype.kind not in "iu":
-        if array.dtype.kind == "f" and array.size:
+        if array.dtype.kind == "f":
             bad = ~np.isfinite(array) | (array != np.round(array))
             if bad.any():
                 index = tuple(np.argwhere(bad)[0])
@@ -28,8 +30,6 @@ def as_id_array(name: str, ids) -> np.ndarray:
         raise InputError(f"{name} must be an integer array, got dtype {array.dtype}")
     if array.ndim not in (1, 2):
         raise InputError(f"{name} must have shape (L,) or (B, L), got {array.shape}")
-    if array.size == 0:
-        raise InputError(f"{name} is empty (shape {array.shape}): nothing to embed")
     return array
 
 

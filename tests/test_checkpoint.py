@@ -1,0 +1,169 @@
+"""Reading the five tensors: names, shards, dtypes, and clear refusals."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import DATA, TINY
+from safetensors.numpy import load_file, save_file
+
+import npbert
+from npbert import InputError
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return npbert.load_weights(TINY)
+
+
+def make_checkpoint(tmp_path, tensors, config_changes=None, files=("vocab.txt",)):
+    """A copy of tiny-bert with other tensors and config entries."""
+    config = json.loads((TINY / "config.json").read_text())
+    config.update(config_changes or {})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for name in files:
+        shutil.copy(TINY / name, tmp_path / name)
+    if tensors is not None:
+        save_file(tensors, str(tmp_path / "model.safetensors"))
+    return tmp_path
+
+
+def renamed(rename):
+    return {rename(k): v for k, v in load_file(str(TINY / "model.safetensors")).items()}
+
+
+def assert_same_weights(a, b):
+    for key in (
+        "word_embeddings",
+        "position_embeddings",
+        "token_type_embeddings",
+        "layer_norm_weight",
+        "layer_norm_bias",
+    ):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
+    assert a.layer_norm_eps == b.layer_norm_eps
+
+
+def test_weights_are_float32_with_the_contract_names(reference):
+    assert reference.word_embeddings.shape == (reference.vocab_size, 32)
+    assert reference.position_embeddings.shape == (128, 32)
+    assert reference.token_type_embeddings.shape == (2, 32)
+    assert reference.layer_norm_weight.shape == reference.layer_norm_bias.shape == (32,)
+    assert all(
+        a.dtype == np.float32 for a in (reference.word_embeddings, reference.layer_norm_bias)
+    )
+    assert reference.layer_norm_eps == 1e-12
+
+
+@pytest.mark.parametrize(
+    "rename",
+    [
+        lambda k: k.removeprefix("bert."),  # all-MiniLM-L6-v2 style
+        lambda k: k.replace(".gamma", ".weight").replace(".beta", ".bias"),  # bert. + weight/bias
+        lambda k: "model." + k.removeprefix("bert."),  # another prefix
+    ],
+    ids=["no-prefix", "weight-bias", "other-prefix"],
+)
+def test_tensor_name_variants_load_the_same(tmp_path, reference, rename):
+    assert_same_weights(npbert.load_weights(make_checkpoint(tmp_path, renamed(rename))), reference)
+
+
+def test_position_ids_buffer_is_ignored(tmp_path, reference):
+    tensors = renamed(lambda k: k)
+    assert "bert.embeddings.position_ids" in tensors
+    del tensors["bert.embeddings.position_ids"]
+    assert_same_weights(npbert.load_weights(make_checkpoint(tmp_path, tensors)), reference)
+
+
+def test_sharded_checkpoint_opens_only_the_needed_shards(tmp_path, reference):
+    tensors = renamed(lambda k: k)
+    embeddings = {k: v for k, v in tensors.items() if ".embeddings." in k}
+    encoder = {k: v for k, v in tensors.items() if k not in embeddings}
+    make_checkpoint(tmp_path, None)
+    save_file(embeddings, str(tmp_path / "model-00001-of-00002.safetensors"))
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"not safetensors at all")
+    weight_map = {k: "model-00001-of-00002.safetensors" for k in embeddings}
+    weight_map.update({k: "model-00002-of-00002.safetensors" for k in encoder})
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert_same_weights(npbert.load_weights(tmp_path), reference)
+
+
+@pytest.mark.parametrize("variant", ["tiny-bert-fp16", "tiny-bert-bf16"])
+def test_half_precision_checkpoints_load_as_float32(variant):
+    weights = npbert.load_weights(DATA / variant)
+    assert weights.word_embeddings.dtype == np.float32
+    assert weights.layer_norm_weight.dtype == np.float32
+
+
+def test_bfloat16_widening_is_exact(reference):
+    # Every bf16 value is a float32 with the low 16 bits zero, and the bf16 file was made by
+    # torch from tiny-bert's float32 weights by rounding: the decoded values are close to them.
+    weights = npbert.load_weights(DATA / "tiny-bert-bf16")
+    bits = weights.word_embeddings.view(np.uint32)
+    assert not (bits & 0xFFFF).any()
+    np.testing.assert_allclose(weights.word_embeddings, reference.word_embeddings, rtol=2**-8)
+
+
+def test_pickle_only_checkpoint_is_refused(tmp_path):
+    make_checkpoint(tmp_path, None)
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04 pickled")
+    with pytest.raises(InputError, match=r"never unpickles.*safe_serialization"):
+        npbert.load_weights(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"position_embedding_type": "relative_key"}, "position_embedding_type is 'relative_key'"),
+        (
+            {"vocab_size": 1000},
+            r"word_embeddings.weight has shape \(\d+, 32\), expected \(1000, 32\)",
+        ),
+        ({"max_position_embeddings": 512}, r"expected \(512, 32\)"),
+        ({"type_vocab_size": 3}, r"expected \(3, 32\)"),
+        ({"hidden_size": 64}, "config.json says hidden_size 64"),
+    ],
+)
+def test_config_disagreements_are_refused(tmp_path, changes, message):
+    make_checkpoint(tmp_path, renamed(lambda k: k), changes)
+    with pytest.raises(InputError, match=message):
+        npbert.load_weights(tmp_path)
+
+
+def test_tensor_shapes_that_disagree_are_refused(tmp_path):
+    tensors = renamed(lambda k: k)
+    tensors["bert.embeddings.LayerNorm.beta"] = np.zeros(31, np.float32)
+    make_checkpoint(tmp_path, tensors)
+    with pytest.raises(InputError, match=r"LayerNorm.beta has shape \(31,\), expected \(32,\)"):
+        npbert.load_weights(tmp_path)
+
+
+def test_layer_norm_eps_comes_from_config(tmp_path):
+    make_checkpoint(tmp_path, renamed(lambda k: k), {"layer_norm_eps": 1e-5})
+    assert npbert.load_weights(tmp_path).layer_norm_eps == 1e-5
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda d: (d / "config.json").unlink(), "has no config.json"),
+        (lambda d: (d / "config.json").write_text("{oops"), "not valid JSON"),
+        (lambda d: (d / "model.safetensors").unlink(), "has no model.safetensors"),
+        (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 7), "not a valid safetensors"),
+    ],
+    ids=["no-config", "bad-config", "no-weights", "corrupt-weights"],
+)
+def test_broken_checkpoints_give_clear_errors(tmp_path, setup, message):
+    make_checkpoint(tmp_path, renamed(lambda k: k))
+    setup(tmp_path)
+    with pytest.raises(InputError, match=message):
+        npbert.load_weights(tmp_path)
+
+
+def test_missing_embedding_tensor_is_named(tmp_path):
+    tensors = renamed(lambda k: k)
+    del tensors["bert.embeddings.token_type_embeddings.weight"]
+    make_checkpoint(tmp_path, tensors)
+    with pytest.raises(InputError, match=r"no tensor named bert\.embeddings\.token_type"):
+        npbert.load_weights(tmp_path)

@@ -1,0 +1,103 @@
+"""Bad ids get a clear InputError naming the value and where; good ones follow the contract."""
+
+import numpy as np
+import pytest
+from conftest import TINY
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import npbert
+from npbert import InputError
+from npbert.embedding import normalize
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return npbert.load_weights(TINY)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"input_ids": [[2, -1, 3]]}, r"input_ids\[0, 1\] = -1 is out of range \(NumPy would"),
+        ({"input_ids": [2, 10_000]}, r"input_ids\[1\] = 10000 is out of range: word_embeddings"),
+        ({"input_ids": [2, 3], "token_type_ids": [0, 2]}, r"token_type_ids\[1\] = 2 is out of"),
+        ({"input_ids": [2, 3], "token_type_ids": [0, -1]}, r"token_type_ids\[1\] = -1"),
+        ({"input_ids": [2, 3], "position_ids": [0, 128]}, r"position_ids\[1\] = 128 is out of"),
+        ({"input_ids": [2, 3], "position_ids": [-1, 0]}, r"position_ids\[0\] = -1"),
+        ({"input_ids": [2] * 129}, r"129 tokens, more than max_position_embeddings \(128\)"),
+        ({"input_ids": [2, 3], "token_type_ids": [0, 0, 0]}, r"token_type_ids has shape \(3,\)"),
+        ({"input_ids": [[2, 3]], "position_ids": [0, 1, 2]}, r"position_ids has shape \(3,\)"),
+        ({"input_ids": [2.0, 3.5]}, r"input_ids\[1\] = 3.5 is not an integer id"),
+        ({"input_ids": [2.0, np.nan]}, r"input_ids\[1\] = nan is not an integer id"),
+        ({"input_ids": [2.0, np.inf]}, r"input_ids\[1\] = inf is not an integer id"),
+        ({"input_ids": [2.0, 3.0]}, "must be an integer array, got dtype float64"),
+        ({"input_ids": [True, False]}, "must be an integer array, got dtype bool"),
+        ({"input_ids": ["2", "3"]}, "must be an integer array"),
+        ({"input_ids": []}, "input_ids is empty"),
+        ({"input_ids": [[]]}, "input_ids is empty"),
+        ({"input_ids": [[2, 3], [2]]}, "input_ids is not a rectangular array"),
+        ({"input_ids": 2}, r"shape \(L,\) or \(B, L\), got \(\)"),
+        ({"input_ids": [[[2]]]}, r"shape \(L,\) or \(B, L\), got \(1, 1, 1\)"),
+    ],
+)
+def test_bad_ids_are_refused_with_a_clear_message(weights, kwargs, message):
+    with pytest.raises(InputError, match=message):
+        npbert.embed(weights, **kwargs)
+    assert issubclass(InputError, ValueError)
+
+
+def test_defaults_are_type_zero_and_positions_from_zero(weights):
+    ids = np.array([[2, 13, 14, 3], [2, 15, 16, 3]])
+    default = npbert.embed(weights, ids)
+    explicit = npbert.embed(weights, ids, np.zeros_like(ids), np.arange(4))
+    np.testing.assert_array_equal(default, explicit)
+    assert default.shape == (2, 4, 32) and default.dtype == np.float32
+
+
+def test_unbatched_ids_give_unbatched_output(weights):
+    ids = np.array([2, 13, 14, 3])
+    np.testing.assert_array_equal(npbert.embed(weights, ids), npbert.embed(weights, ids[None])[0])
+
+
+def test_any_integer_dtype_is_accepted(weights):
+    ids = [2, 13, 14, 3]
+    expected = npbert.embed(weights, ids)
+    for dtype in (np.int8, np.uint16, np.int32, np.uint64):
+        np.testing.assert_array_equal(npbert.embed(weights, np.array(ids, dtype)), expected)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    batch=st.integers(1, 4),
+    length=st.integers(1, 128),
+    seed=st.integers(0, 2**32 - 1),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_each_token_is_layer_norm_of_its_three_rows(weights, batch, length, seed, dtype):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, weights.vocab_size, (batch, length))
+    types = rng.integers(0, 2, (batch, length))
+    positions = rng.integers(0, 128, (batch, length))
+    output = npbert.embed(weights, ids, types, positions, dtype=dtype)
+    b, i = rng.integers(batch), rng.integers(length)
+    x = (
+        weights.word_embeddings[ids[b, i]].astype(np.float64)
+        + weights.token_type_embeddings[types[b, i]]
+        + weights.position_embeddings[positions[b, i]]
+    )
+    x = (x - x.mean()) / np.sqrt(x.var() + weights.layer_norm_eps)
+    expected = x * weights.layer_norm_weight + weights.layer_norm_bias
+    np.testing.assert_allclose(
+        output[b, i], expected, rtol=0, atol=1e-5 if dtype is np.float32 else 1e-12
+    )
+
+
+@settings(max_examples=50, deadline=None)
+@given(offset=st.floats(-1e4, 1e4), scale=st.floats(1e-3, 1e3), seed=st.integers(0, 1000))
+def test_normalize_gives_zero_mean_unit_variance(offset, scale, seed):
+    x = np.random.default_rng(seed).normal(offset, scale, (3, 384))
+    y = normalize(x, 1e-12)
+    variance = x.var(-1)
+    np.testing.assert_allclose(y.mean(-1), 0, atol=1e-8)  # mean/std up to 1e7
+    np.testing.assert_allclose(y.var(-1), variance / (variance + 1e-12), rtol=1e-9)
