@@ -1,0 +1,56 @@
+"""The README's promises: its test command is what CI runs, its examples run."""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def setup_commands() -> list[str]:
+    section = README.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.+?)\n```", section, flags=re.S)
+
+
+def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
+    commands = setup_commands()
+    assert len(commands) == 2 and all("\n" not in c for c in commands)
+    main_job, test_suite = commands
+    assert "npbert embed" in main_job and "pytest" in test_suite
+    assert test_suite in (ROOT / ".ci" / "run").read_text()
+
+
+def test_math_module_imports_nothing_but_numpy():
+    tree = ast.parse((ROOT / "npbert" / "embedding.py").read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"numpy"}
+
+
+def test_runtime_never_imports_torch_or_transformers(minilm_dir):
+    code = (
+        "import sys, npbert\n"
+        f"npbert.Embedder.from_pretrained({str(minilm_dir)!r})('I am Sinan')\n"
+        "assert not {'torch', 'transformers'} & set(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_code_is_ruff_clean():
+    for argv in (["check", "."], ["format", "--check", "."]):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
