@@ -96,7 +96,15 @@ def embed_texts(args) -> int:
     }
     if args.out is not None:
         return save(args.out, arrays, metadata(embedder.weights, texts=args.texts, pairs=args.pair))
-    print(summary(embedder.weights, result.embeddings, result.tokens, args.texts))
+    print(
+        summary(
+            embedder.weights,
+            result.embeddings,
+            result.tokens,
+            args.texts,
+            np.atleast_2d(result.input_ids),
+        )
+    )
     return 0
 
 
@@ -165,7 +173,7 @@ def save(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> int:
     return 0
 
 
-def summary(weights, embeddings: np.ndarray, tokens, texts) -> str:
+def summary(weights, embeddings: np.ndarray, tokens, texts, ids=None) -> str:
     """A few readable lines: the model, the shape, and per sequence its tokens and end rows."""
     from npbert.explain import format_row
 
@@ -182,6 +190,7 @@ def summary(weights, embeddings: np.ndarray, tokens, texts) -> str:
             real = [t for t in tokens[b] if t != "[PAD]"] if tokens else []
             lines.append(f"[{b}] {texts[b]}")
             lines.append(f"    {len(real)} tokens: {' '.join(real)}")
+            lines.append(f"    input_ids: {' '.join(map(str, ids[b, : len(real)]))}")
             last = len(real) - 1
         else:
             lines.append(f"[{b}] {rows.shape[0]} tokens")

@@ -50,6 +50,7 @@ def test_embed_summary_is_readable(capsys, minilm_dir):
     assert code == 0
     assert "embeddings: (3, 11, 384) float32" in stdout
     assert "6 tokens: [CLS] i am sin ##an [SEP]" in stdout
+    assert "input_ids: 101 1045 2572 8254 2319 102\n" in stdout
     assert "eps 1e-12" in stdout
 
 
