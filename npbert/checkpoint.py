@@ -105,31 +105,43 @@ def weight_files(directory: Path) -> dict[str, Path]:
     if index.is_file():
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         return {name: directory / shard for name, shard in weight_map.items()}
-    pickled = [name for name in PICKLE_FILES if (directory / name).exists()]
+    raise no_safetensors(str(directory), [p.name for p in directory.iterdir()])
+
+
+def no_safetensors(where: str, files: list[str]) -> InputError:
+    """The error for a checkpoint without safetensors weights, pickled or absent."""
+    pickled = [name for name in PICKLE_FILES if name in files]
     if pickled:
-        raise InputError(
-            f"{directory} has only {pickled[0]}: npbert reads safetensors and never unpickles. "
+        return InputError(
+            f"{where} has only {pickled[0]}: npbert reads safetensors and never unpickles. "
             "Convert it once with transformers: "
             "AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"
         )
-    raise InputError(f"{directory} has no {WEIGHTS_FILE} or {INDEX_FILE}")
+    return InputError(f"{where} has no {WEIGHTS_FILE} or {INDEX_FILE}")
+
+
+def embedding_tensor_names(names, where: str) -> dict[str, str]:
+    """EmbeddingWeights field -> tensor name, whatever prefix and LayerNorm names are used."""
+    names = set(names)
+    prefixes = sorted(name[: -len(ANCHOR)] for name in names if name.endswith(ANCHOR))
+    if len(prefixes) != 1:
+        found = "none" if not prefixes else ", ".join(p + ANCHOR for p in prefixes)
+        raise InputError(f"{where}: expected one '*{ANCHOR}' tensor, found {found}")
+    stem = prefixes[0] + "embeddings."
+    chosen = {}
+    for field_name, candidates in TENSOR_NAMES.items():
+        present = [stem + c for c in candidates if stem + c in names]
+        if not present:
+            wanted = " or ".join(stem + c for c in candidates)
+            raise InputError(f"{where}: no tensor named {wanted}")
+        chosen[field_name] = present[0]
+    return chosen
 
 
 def find_embedding_tensors(directory: Path) -> dict[str, StoredTensor]:
-    """EmbeddingWeights field -> StoredTensor, whatever prefix and LayerNorm names are used."""
+    """EmbeddingWeights field -> StoredTensor for a local checkpoint directory."""
     files = weight_files(directory)
-    prefixes = sorted(name[: -len(ANCHOR)] for name in files if name.endswith(ANCHOR))
-    if len(prefixes) != 1:
-        found = "none" if not prefixes else ", ".join(p + ANCHOR for p in prefixes)
-        raise InputError(f"{directory}: expected one '*{ANCHOR}' tensor, found {found}")
-    stem = prefixes[0] + "embeddings."
-    names = {}
-    for field_name, candidates in TENSOR_NAMES.items():
-        present = [stem + c for c in candidates if stem + c in files]
-        if not present:
-            wanted = " or ".join(stem + c for c in candidates)
-            raise InputError(f"{directory}: no tensor named {wanted}")
-        names[field_name] = present[0]
+    names = embedding_tensor_names(files, str(directory))
     return {key: _describe(files[name], name) for key, name in names.items()}
 
 

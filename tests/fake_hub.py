@@ -1,0 +1,162 @@
+"""A Hub-compatible HTTP server on 127.0.0.1 serving checkpoint directories, for the tests.
+
+It answers what huggingface_hub asks of the Hub:
+    GET  /api/models/{repo}[/revision/{rev}]         model info: sha and file list
+    HEAD /{repo}/resolve/{rev}/{file}                X-Repo-Commit, ETag, Content-Length
+    GET  /{repo}/resolve/{rev}/{file}                the file, or 206 for a Range request
+with 404 + X-Error-Code for unknown repos, revisions and files, and 401 for a gated repo
+without the right token. It counts the requests and the body bytes it sends, and can be told
+to ignore Range or to drop the connection in the middle of a response.
+"""
+
+import hashlib
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+TOKEN = "hf_fake_token_for_tests"
+
+
+@dataclass
+class Repo:
+    directory: Path
+    sha: str
+    tags: tuple[str, ...] = ()
+    gated: bool = False
+
+    def commit(self, revision: str) -> str | None:
+        return self.sha if revision in ("main", self.sha, *self.tags) else None
+
+
+@dataclass
+class FakeHub:
+    repos: dict[str, Repo] = field(default_factory=dict)
+    requests: list[tuple[str, str, str]] = field(default_factory=list)  # method, path, range
+    bytes_sent: int = 0
+    ignore_range: bool = False
+    drop_after: int | None = None  # cut the next file body after this many bytes
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, repo_id: str, directory: Path, *, tags=(), gated=False) -> str:
+        digest = hashlib.sha1(repo_id.encode())
+        for path in sorted(p for p in directory.iterdir() if p.is_file()):
+            digest.update(path.name.encode() + hashlib.sha256(path.read_bytes()).digest())
+        self.repos[repo_id] = Repo(directory, digest.hexdigest(), tuple(tags), gated)
+        return self.repos[repo_id].sha
+
+    def reset_counts(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.bytes_sent = 0
+
+
+def make_handler(hub: FakeHub):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # quiet
+            pass
+
+        def do_HEAD(self):
+            self.route(body=False)
+
+        def do_GET(self):
+            self.route(body=True)
+
+        def route(self, body: bool):
+            with hub.lock:
+                hub.requests.append((self.command, self.path, self.headers.get("Range", "")))
+            path = self.path.split("?")[0]
+            if path.startswith("/api/models/"):
+                return self.model_info(path.removeprefix("/api/models/"))
+            match = re.fullmatch(r"/(.+?)/resolve/([^/]+)/(.+)", path)
+            if not match:
+                return self.error(404, "EntryNotFound", "no such route")
+            self.file(*match.groups(), body=body)
+
+        def repo(self, repo_id: str) -> Repo | None:
+            repo = hub.repos.get(repo_id)
+            if repo is None:
+                self.error(404, "RepoNotFound", "Repository not found")
+            elif repo.gated and self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                self.error(401, "GatedRepo", f"Access to model {repo_id} is restricted.")
+                return None
+            return repo
+
+        def model_info(self, rest: str):
+            repo_id, _, revision = rest.partition("/revision/")
+            repo = self.repo(repo_id)
+            if repo is None:
+                return
+            commit = repo.commit(revision or "main")
+            if commit is None:
+                return self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+            files = sorted(p.name for p in repo.directory.iterdir() if p.is_file())
+            info = {"id": repo_id, "modelId": repo_id, "sha": commit, "private": False,
+                    "siblings": [{"rfilename": name} for name in files]}
+            self.send(200, json.dumps(info).encode(), {"Content-Type": "application/json"})
+
+        def file(self, repo_id: str, revision: str, filename: str, body: bool):
+            repo = self.repo(repo_id)
+            if repo is None:
+                return
+            commit = repo.commit(revision)
+            if commit is None:
+                return self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+            path = repo.directory / filename
+            if not path.is_file():
+                return self.error(404, "EntryNotFound", f"{filename} does not exist", commit)
+            data = path.read_bytes()
+            headers = {
+                "X-Repo-Commit": commit,
+                "ETag": '"' + hashlib.sha256(data).hexdigest() + '"',
+                "Accept-Ranges": "bytes",
+            }
+            wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if wanted and not hub.ignore_range:
+                start = int(wanted[1])
+                end = min(int(wanted[2]) + 1 if wanted[2] else len(data), len(data))
+                headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
+                return self.send(206, data[start:end], headers, body)
+            self.send(200, data, headers, body)
+
+        def error(self, status: int, code: str, message: str, commit: str | None = None):
+            headers = {"X-Error-Code": code, "X-Error-Message": message,
+                       "Content-Type": "application/json"}
+            if commit:
+                headers["X-Repo-Commit"] = commit
+            self.send(status, json.dumps({"error": message}).encode(), headers)
+
+        def send(self, status: int, data: bytes, headers: dict, body: bool = True):
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if not body:
+                return
+            with hub.lock:
+                cut = hub.drop_after if hub.drop_after is not None < len(data) else None
+                if cut is not None:
+                    hub.drop_after = None
+            if cut is not None:
+                self.wfile.write(data[:cut])
+                hub.bytes_sent += cut
+                self.close_connection = True
+                return
+            self.wfile.write(data)
+            with hub.lock:
+                hub.bytes_sent += len(data)
+
+    return Handler
+
+
+def serve(hub: FakeHub) -> ThreadingHTTPServer:
+    """Start the server on a free loopback port in a daemon thread."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(hub))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
