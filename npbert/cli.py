@@ -1,4 +1,4 @@
-"""The `npbert` command: embed, explain, inspect.
+"""The `npbert` command: embed, explain, inspect, fetch.
 
 Bad input exits 2 with one line naming what is wrong; a traceback is a bug.
 """
@@ -57,8 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = commands.add_parser("inspect", help="the five embedding tensors of a checkpoint")
     inspect.add_argument("model", metavar="MODEL", help="checkpoint directory or Hub repo id")
-    inspect.add_argument("--revision", help="Hub branch, tag or commit sha")
+    add_revision(inspect)
     inspect.set_defaults(run=run_inspect)
+
+    fetch = commands.add_parser("fetch", help="fetch a Hub model's embedding tensors")
+    fetch.add_argument("model", metavar="MODEL", help="Hub repo id")
+    add_revision(fetch)
+    fetch.set_defaults(run=run_fetch)
     return parser
 
 
@@ -66,7 +71,14 @@ def add_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", required=True, metavar="M", help="checkpoint directory or Hub repo id"
     )
+    add_revision(parser)
+
+
+def add_revision(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--revision", help="Hub branch, tag or commit sha")
+    parser.add_argument(
+        "--full", action="store_true", help="download the whole weights file from the Hub"
+    )
 
 
 def run_embed(args) -> int:
@@ -84,7 +96,7 @@ def run_embed(args) -> int:
 def embed_texts(args) -> int:
     from npbert.model import Embedder
 
-    embedder = Embedder.from_pretrained(args.model, revision=args.revision)
+    embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
     if args.pair and len(args.pair) != len(args.texts):
         raise InputError(f"{len(args.texts)} TEXT arguments but {len(args.pair)} --pair")
     result = embedder(args.texts, args.pair, truncation=args.truncate)
@@ -127,7 +139,7 @@ def embed_ids(args) -> int:
     token_type_ids = None
     if args.token_type_ids_file is not None:
         token_type_ids = load_ids(args.token_type_ids_file, "--token-type-ids-file")
-    weights = load_weights(args.model, revision=args.revision)
+    weights = load_weights(args.model, revision=args.revision, full=args.full)
     embeddings = embed(weights, input_ids, token_type_ids)
     if args.out is not None:
         arrays = {"embeddings": embeddings, "input_ids": input_ids}
@@ -204,7 +216,7 @@ def run_explain(args) -> int:
     from npbert.explain import TOLERANCE, explain
     from npbert.model import Embedder
 
-    embedder = Embedder.from_pretrained(args.model, revision=args.revision)
+    embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
     pairs = None if args.pair is None else [args.pair]
     encoding = embedder.encode([args.text], pairs, truncation=args.truncate)
     print(f"model: {embedder.weights.source.get('model')}")
@@ -219,7 +231,7 @@ def run_inspect(args) -> int:
     from npbert.checkpoint import check_shapes, find_embedding_tensors, read_config
     from npbert.model import resolve
 
-    directory, source = resolve(args.model, revision=args.revision)
+    directory, source = resolve(args.model, revision=args.revision, full=args.full)
     config = read_config(directory)
     tensors = find_embedding_tensors(directory)
     check_shapes(tensors, config, directory)
@@ -239,6 +251,26 @@ def run_inspect(args) -> int:
     print(f"type_vocab_size: {tensors['token_type_embeddings'].shape[0]}")
     print(f"vocab_size: {tensors['word_embeddings'].shape[0]}")
     print(f"hidden_size: {tensors['word_embeddings'].shape[1]}")
+    return 0
+
+
+def run_fetch(args) -> int:
+    from npbert import hub
+
+    if Path(args.model).expanduser().is_dir():
+        raise InputError(f"{args.model} is a local directory; fetch takes a Hub repo id")
+    fetched = hub.fetch(args.model, revision=args.revision, full=args.full)
+    source = fetched.source
+    print(f"{source['model']} at {source['commit']} ({source['revision']})")
+    if fetched.cached:
+        print(f"already cached: nothing downloaded ({source['weights']})")
+    else:
+        share = fetched.fetched_bytes / fetched.full_bytes if fetched.full_bytes else 1.0
+        print(
+            f"downloaded {fetched.fetched_bytes:,} bytes of weights out of {fetched.full_bytes:,}"
+            f" ({share:.1%}): {source['weights']}"
+        )
+    print(f"cached in {fetched.directory}")
     return 0
 
 

@@ -69,9 +69,10 @@ def fetch(repo_id: str, *, revision=None, full=False, refresh=True) -> Fetched:
     from huggingface_hub import constants
 
     with hub_errors(repo_id, revision):
-        cached = None if refresh else from_cache(repo_id, revision, full)
-        if cached is not None:
-            return cached
+        if not refresh or constants.HF_HUB_OFFLINE:
+            cached = from_cache(repo_id, revision, full)
+            if cached is not None:
+                return cached
         if constants.HF_HUB_OFFLINE:
             raise InputError(
                 f"{repo_id} is not in the cache and HF_HUB_OFFLINE is set: unset it and run "
@@ -312,6 +313,8 @@ def hub_errors(repo_id: str, revision: str | None):
     at = f"{repo_id}" + (f" at revision {revision}" if revision else "")
     try:
         yield
+    except hf.HFValidationError as error:
+        raise InputError(f"{repo_id!r} is not a valid Hub repo id: {_first_line(error)}") from None
     except hf.GatedRepoError:
         raise InputError(
             f"{repo_id} is gated or private (401/403): accept its terms on the Hub, then pass a "
@@ -324,13 +327,13 @@ def hub_errors(repo_id: str, revision: str | None):
         ) from None
     except hf.RevisionNotFoundError:
         raise InputError(f"{repo_id}: revision {revision!r} not found") from None
-    except hf.EntryNotFoundError as error:
-        raise InputError(f"{at}: file not found ({_first_line(error)})") from None
-    except (hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled):
+    except (hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled):  # before its base class
         raise InputError(
             f"cannot reach {constants.ENDPOINT} and {at} is not cached: connect, or set "
             "HF_ENDPOINT, and run `npbert fetch` once"
         ) from None
+    except hf.EntryNotFoundError as error:
+        raise InputError(f"{at}: file not found ({_first_line(error)})") from None
     except hf.HfHubHTTPError as error:
         raise InputError(f"{at}: the Hub answered {_first_line(error)}") from None
     except hf.HTTPError as error:  # the HTTP client's own: refused, reset, cut short

@@ -11,19 +11,25 @@ from npbert.errors import InputError
 from npbert.inputs import prepare_ids
 
 
-def resolve(model: str | Path, *, revision: str | None = None) -> tuple[Path, dict]:
+def resolve(model: str | Path, *, revision: str | None = None, full: bool = False):
     """A local checkpoint directory as is, or a Hub repo id fetched into the cache.
 
     Returns (directory, source) where source records the model and, for the Hub, the commit.
+    From the Hub only the embedding tensors are fetched, unless full=True.
     """
     from npbert import hub
 
-    return hub.resolve(str(model), revision=revision)
+    return hub.resolve(str(model), revision=revision, full=full)
 
 
-def load_weights(model: str | Path, *, revision: str | None = None) -> EmbeddingWeights:
-    """The five embedding tensors of a checkpoint (local directory or Hub repo id) as float32."""
-    directory, source = resolve(model, revision=revision)
+def load_weights(
+    model: str | Path, *, revision: str | None = None, full: bool = False
+) -> EmbeddingWeights:
+    """The five embedding tensors of a checkpoint (local directory or Hub repo id) as float32.
+
+    revision: a Hub branch, tag or commit sha. full: download the whole weights file.
+    """
+    directory, source = resolve(model, revision=revision, full=full)
     return load_checkpoint(directory, source)
 
 
@@ -101,11 +107,13 @@ class Embedder:
         self.tokenizer = tokenizer
 
     @classmethod
-    def from_pretrained(cls, model: str | Path, *, revision: str | None = None) -> "Embedder":
-        """Load from a local checkpoint directory or a Hub repo id."""
+    def from_pretrained(
+        cls, model: str | Path, *, revision: str | None = None, full: bool = False
+    ) -> "Embedder":
+        """Load from a local checkpoint directory or a Hub repo id (see load_weights)."""
         from npbert.tokenize import load_tokenizer
 
-        directory, source = resolve(model, revision=revision)
+        directory, source = resolve(model, revision=revision, full=full)
         return cls(load_checkpoint(directory, source), load_tokenizer(directory))
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, *, truncation=False):

@@ -38,14 +38,25 @@ class FakeHub:
     bytes_sent: int = 0
     ignore_range: bool = False
     drop_after: int | None = None  # cut the next file body after this many bytes
+    etags: dict[Path, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, repo_id: str, directory: Path, *, tags=(), gated=False) -> str:
         digest = hashlib.sha1(repo_id.encode())
         for path in sorted(p for p in directory.iterdir() if p.is_file()):
-            digest.update(path.name.encode() + hashlib.sha256(path.read_bytes()).digest())
+            digest.update(path.name.encode() + self.etag(path).encode())
         self.repos[repo_id] = Repo(directory, digest.hexdigest(), tuple(tags), gated)
         return self.repos[repo_id].sha
+
+    def etag(self, path: Path) -> str:
+        """The file's sha256, as the Hub's ETag for LFS files, computed once per file."""
+        if path not in self.etags:
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            self.etags[path] = f'"{digest.hexdigest()}"'
+        return self.etags[path]
 
     def reset_counts(self) -> None:
         with self.lock:
@@ -95,8 +106,13 @@ def make_handler(hub: FakeHub):
             if commit is None:
                 return self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
             files = sorted(p.name for p in repo.directory.iterdir() if p.is_file())
-            info = {"id": repo_id, "modelId": repo_id, "sha": commit, "private": False,
-                    "siblings": [{"rfilename": name} for name in files]}
+            info = {
+                "id": repo_id,
+                "modelId": repo_id,
+                "sha": commit,
+                "private": False,
+                "siblings": [{"rfilename": name} for name in files],
+            }
             self.send(200, json.dumps(info).encode(), {"Content-Type": "application/json"})
 
         def file(self, repo_id: str, revision: str, filename: str, body: bool):
@@ -109,39 +125,45 @@ def make_handler(hub: FakeHub):
             path = repo.directory / filename
             if not path.is_file():
                 return self.error(404, "EntryNotFound", f"{filename} does not exist", commit)
-            data = path.read_bytes()
-            headers = {
-                "X-Repo-Commit": commit,
-                "ETag": '"' + hashlib.sha256(data).hexdigest() + '"',
-                "Accept-Ranges": "bytes",
-            }
+            size = path.stat().st_size
+            headers = {"X-Repo-Commit": commit, "ETag": hub.etag(path), "Accept-Ranges": "bytes"}
             wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            start, end, status = 0, size, 200
             if wanted and not hub.ignore_range:
                 start = int(wanted[1])
-                end = min(int(wanted[2]) + 1 if wanted[2] else len(data), len(data))
-                headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
-                return self.send(206, data[start:end], headers, body)
-            self.send(200, data, headers, body)
+                end = min(int(wanted[2]) + 1 if wanted[2] else size, size)
+                headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+                status = 206
+            with open(path, "rb") as f:  # only the bytes asked for: some files are large
+                f.seek(start)
+                self.send(
+                    status, f.read(end - start) if body else b"", headers, body, length=end - start
+                )
 
         def error(self, status: int, code: str, message: str, commit: str | None = None):
-            headers = {"X-Error-Code": code, "X-Error-Message": message,
-                       "Content-Type": "application/json"}
+            headers = {
+                "X-Error-Code": code,
+                "X-Error-Message": message,
+                "Content-Type": "application/json",
+            }
             if commit:
                 headers["X-Repo-Commit"] = commit
             self.send(status, json.dumps({"error": message}).encode(), headers)
 
-        def send(self, status: int, data: bytes, headers: dict, body: bool = True):
+        def send(self, status: int, data: bytes, headers: dict, body=True, length=None):
             self.send_response(status)
             for key, value in headers.items():
                 self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", str(len(data) if length is None else length))
             self.end_headers()
             if not body:
                 return
             with hub.lock:
-                cut = hub.drop_after if hub.drop_after is not None < len(data) else None
-                if cut is not None:
+                cut = hub.drop_after
+                if cut is not None and cut < len(data):
                     hub.drop_after = None
+                else:
+                    cut = None
             if cut is not None:
                 self.wfile.write(data[:cut])
                 hub.bytes_sent += cut
