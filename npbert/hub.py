@@ -183,8 +183,9 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot) -> Fetched:
     target = cache_dir(repo_id, commit)
     target.parent.mkdir(parents=True, exist_ok=True)
     with WeakFileLock(target.parent / f"{commit}.lock"):
-        if (target / WEIGHTS_FILE).is_file():  # another process finished it meanwhile
-            return from_cache(repo_id, commit, full=False)
+        if (target / WEIGHTS_FILE).is_file():  # cached before, or by another process meanwhile
+            source = _source(repo_id, revision, commit, target)
+            return Fetched(target, source, 0, _weights_size(target), True)
         building = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{commit}."))
         try:
             fetched, full_size = _write_embeddings(repo_id, commit, files, building)

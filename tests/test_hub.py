@@ -160,7 +160,10 @@ def test_only_the_embedding_tensors_are_downloaded(hub, bert_base_dir, record):
         f"bert-base-shaped fetch: {hub.bytes_sent:,} bytes served of a {full:,}-byte "
         f"weights file ({hub.bytes_sent / full:.1%}); embedding tensors {embedding_bytes:,}"
     )
+    assert f"{BASE} at {hub.repos[BASE].sha} (main)" in result.stdout
     assert "out of" in result.stdout and "cached in" in result.stdout
+    again = hub.run("fetch", BASE)
+    assert "(main)\nalready cached: nothing downloaded" in again.stdout
     np.testing.assert_array_equal(
         npbert.load_weights(next((hub.home / "hub" / "npbert").glob("*/*"))).word_embeddings,
         tensors.word_embeddings,
