@@ -1,4 +1,4 @@
-"""The `npbert` command: embed, explain, inspect, fetch.
+"""The `npbert` command: embed, explain, compare, vectors, inspect, fetch.
 
 Bad input exits 2 with one line naming what is wrong; a traceback is a bug.
 """
@@ -8,15 +8,24 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from npbert.errors import InputError
+from npbert.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # TEXT arguments may come after the options (`compare C --model M TEXT`); argparse leaves
+    # those over, and they are texts as long as none looks like an option.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "texts") or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.texts = [*args.texts, *extra]
     try:
         return args.run(args)
     except InputError as error:
@@ -35,16 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     embed = commands.add_parser("embed", help="embed texts or ids")
-    embed.add_argument("texts", nargs="*", metavar="TEXT")
-    add_model(embed)
-    embed.add_argument(
-        "--pair", action="append", metavar="TEXT", help="sentence B, once per TEXT (repeatable)"
-    )
-    embed.add_argument("--ids-file", type=Path, metavar="IDS.npy", help="(L,) or (B, L) int ids")
-    embed.add_argument("--token-type-ids-file", type=Path, metavar="TT.npy")
-    embed.add_argument("--truncate", action="store_true", help="cut texts to max positions")
+    add_inputs(embed)
     embed.add_argument(
         "--out", type=Path, metavar="FILE", help=".npz (embeddings and inputs) or .npy"
+    )
+    embed.add_argument(
+        "--stages", action="store_true", help="also write every stage of the layer (.npz)"
     )
     embed.set_defaults(run=run_embed)
 
@@ -54,6 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--pair", metavar="TEXT", help="sentence B")
     explain.add_argument("--truncate", action="store_true")
     explain.set_defaults(run=run_explain)
+
+    compare = commands.add_parser("compare", help="check another implementation's output")
+    compare.add_argument(
+        "candidate", type=Path, metavar="CANDIDATE", help=".npy, .npz, .safetensors or .json"
+    )
+    add_inputs(compare)
+    compare.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="default %(default)g")
+    compare.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help="default %(default)g")
+    compare.add_argument("--json", action="store_true", help="the report as JSON")
+    compare.set_defaults(run=run_compare)
+
+    vectors = commands.add_parser("vectors", help="write conformance vectors")
+    add_model(vectors)
+    vectors.add_argument("--out", type=Path, required=True, metavar="DIR")
+    vectors.set_defaults(run=run_vectors)
 
     inspect = commands.add_parser("inspect", help="the five embedding tensors of a checkpoint")
     inspect.add_argument("model", metavar="MODEL", help="checkpoint directory or Hub repo id")
@@ -81,42 +101,118 @@ def add_revision(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_embed(args) -> int:
+def add_inputs(parser: argparse.ArgumentParser) -> None:
+    """TEXT arguments (with --pair, --truncate) or --ids-file, and the model."""
+    parser.add_argument("texts", nargs="*", metavar="TEXT")
+    add_model(parser)
+    parser.add_argument(
+        "--pair", action="append", metavar="TEXT", help="sentence B, once per TEXT (repeatable)"
+    )
+    parser.add_argument("--truncate", action="store_true", help="cut texts to max positions")
+    parser.add_argument("--ids-file", type=Path, metavar="IDS.npy", help="(L,) or (B, L) int ids")
+    parser.add_argument("--token-type-ids-file", type=Path, metavar="TT.npy")
+
+
+@dataclass
+class Inputs:
+    """What to embed: weights and (B, L) ids, from texts or from .npy files."""
+
+    weights: object
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray | None
+    arrays: dict  # input arrays to save beside the embeddings
+    meta: dict  # what went in, for the output's metadata
+    tokens: list | None = None
+    texts: list | None = None
+
+
+def read_inputs(args) -> Inputs:
+    from npbert.model import Embedder, load_weights
+
+    hub = {"revision": args.revision, "full": args.full}
     if args.ids_file is not None:
         if args.texts or args.pair:
             raise InputError("give TEXT arguments or --ids-file, not both")
-        return embed_ids(args)
+        input_ids = load_ids(args.ids_file, "--ids-file")
+        token_type_ids = None
+        if args.token_type_ids_file is not None:
+            token_type_ids = load_ids(args.token_type_ids_file, "--token-type-ids-file")
+        arrays = {"input_ids": input_ids}
+        if token_type_ids is not None:
+            arrays["token_type_ids"] = token_type_ids
+        weights = load_weights(args.model, **hub)
+        return Inputs(weights, input_ids, token_type_ids, arrays, {"ids_file": str(args.ids_file)})
     if args.token_type_ids_file is not None:
         raise InputError("--token-type-ids-file goes with --ids-file")
     if not args.texts:
         raise InputError("nothing to embed: give TEXT arguments or --ids-file")
-    return embed_texts(args)
-
-
-def embed_texts(args) -> int:
-    from npbert.model import Embedder
-
-    embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
     if args.pair and len(args.pair) != len(args.texts):
         raise InputError(f"{len(args.texts)} TEXT arguments but {len(args.pair)} --pair")
-    result = embedder(args.texts, args.pair, truncation=args.truncate)
+    embedder = Embedder.from_pretrained(args.model, **hub)
+    encoding = embedder.encode(args.texts, args.pair, truncation=args.truncate)
     arrays = {
-        "embeddings": result.embeddings,
-        "input_ids": result.input_ids,
-        "token_type_ids": result.token_type_ids,
-        "attention_mask": result.attention_mask,
+        "input_ids": encoding.input_ids,
+        "token_type_ids": encoding.token_type_ids,
+        "attention_mask": encoding.attention_mask,
     }
+    meta = {"texts": args.texts, "pairs": args.pair}
+    return Inputs(
+        embedder.weights,
+        encoding.input_ids,
+        encoding.token_type_ids,
+        arrays,
+        meta,
+        encoding.tokens,
+        args.texts,
+    )
+
+
+def run_embed(args) -> int:
+    from npbert.model import embed, embed_stages
+
+    if args.stages and (args.out is None or args.out.suffix != ".npz"):
+        raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
+    inputs = read_inputs(args)
+    if args.stages:
+        outputs = embed_stages(inputs.weights, inputs.input_ids, inputs.token_type_ids)
+    else:
+        outputs = {"embeddings": embed(inputs.weights, inputs.input_ids, inputs.token_type_ids)}
     if args.out is not None:
-        return save(args.out, arrays, metadata(embedder.weights, texts=args.texts, pairs=args.pair))
+        return save(args.out, {**outputs, **inputs.arrays}, metadata(inputs.weights, **inputs.meta))
+    embeddings = outputs["embeddings"]
     print(
         summary(
-            embedder.weights,
-            result.embeddings,
-            result.tokens,
-            args.texts,
-            np.atleast_2d(result.input_ids),
+            inputs.weights, embeddings, inputs.tokens, inputs.texts, np.atleast_2d(inputs.input_ids)
         )
     )
+    return 0
+
+
+def run_compare(args) -> int:
+    from npbert.model import embed_stages
+    from npbert.verify import compare, format_report, load_candidate
+
+    candidate = load_candidate(args.candidate)
+    inputs = read_inputs(args)
+    references = [
+        embed_stages(inputs.weights, inputs.input_ids, inputs.token_type_ids, dtype=dtype)
+        for dtype in (np.float64, np.float32)
+    ]
+    report = compare(candidate, *references, atol=args.atol, rtol=args.rtol)
+    print(json.dumps(report, indent=1) if args.json else format_report(report))
+    return 0 if report["ok"] else 1
+
+
+def run_vectors(args) -> int:
+    from npbert.checkpoint import load_checkpoint
+    from npbert.model import Embedder, resolve
+    from npbert.tokenize import load_tokenizer
+    from npbert.vectors import write_vectors
+
+    directory, source = resolve(args.model, revision=args.revision, full=args.full)
+    embedder = Embedder(load_checkpoint(directory, source), load_tokenizer(directory))
+    manifest = write_vectors(embedder, args.out, directory)
+    print(f"wrote {len(manifest['cases'])} cases to {args.out} (manifest.json, FORMAT.md)")
     return 0
 
 
@@ -130,24 +226,6 @@ def load_ids(path: Path, name: str) -> np.ndarray:
         array.close()
         raise InputError(f"{name} {path}: an .npz archive; give one array as .npy")
     return array
-
-
-def embed_ids(args) -> int:
-    from npbert.model import embed, load_weights
-
-    input_ids = load_ids(args.ids_file, "--ids-file")
-    token_type_ids = None
-    if args.token_type_ids_file is not None:
-        token_type_ids = load_ids(args.token_type_ids_file, "--token-type-ids-file")
-    weights = load_weights(args.model, revision=args.revision, full=args.full)
-    embeddings = embed(weights, input_ids, token_type_ids)
-    if args.out is not None:
-        arrays = {"embeddings": embeddings, "input_ids": input_ids}
-        if token_type_ids is not None:
-            arrays["token_type_ids"] = token_type_ids
-        return save(args.out, arrays, metadata(weights, ids_file=str(args.ids_file)))
-    print(summary(weights, embeddings, None, None))
-    return 0
 
 
 def metadata(weights, **inputs) -> dict:

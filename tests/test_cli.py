@@ -170,3 +170,28 @@ def test_console_script_runs_as_a_process(minilm_dir):
         check=False,
     )
     assert bad.returncode == 2 and bad.stderr.startswith("npbert: error:")
+
+
+def test_embed_stages_writes_every_stage(tmp_path, capsys):
+    out = tmp_path / "stages.npz"
+    code, _, _ = run(capsys, "embed", "i am sinan", "--model", TINY, "--stages", "--out", out)
+    assert code == 0
+    weights = npbert.load_weights(TINY)
+    with np.load(out) as saved:
+        expected = npbert.embed_stages(weights, saved["input_ids"], saved["token_type_ids"])
+        for stage, array in expected.items():
+            np.testing.assert_array_equal(saved[stage], array, err_msg=stage)
+
+
+def test_stages_need_an_npz(capsys):
+    code, _, err = run(capsys, "embed", "x", "--model", TINY, "--stages")
+    assert code == 2 and "--stages writes every stage to an .npz" in err
+
+
+def test_texts_may_follow_the_options(capsys):
+    code, stdout, _ = run(capsys, "embed", "--model", TINY, "i am", "sinan")
+    assert code == 0 and "[1] sinan" in stdout
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own usage error
+        main(["embed", "--model", str(TINY), "x", "--bogus"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err

@@ -1,0 +1,211 @@
+"""Checking another implementation's embeddings against npbert, stage by stage.
+
+The reference is npbert in float64 (every step in float64 from the stored weights); npbert's
+float32 output is reported beside it. A candidate passes when every stage it provides is
+within atol + rtol * |reference| of the float64 reference, in the order of the layer:
+word, position, token_type lookups, their sum, the normalized sum, the output. The first stage
+that does not is where the bug is.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from npbert.embedding import STAGES
+from npbert.errors import InputError
+
+DEFAULT_ATOL = 1e-5  # what Hugging Face's and ONNX export checks use
+DEFAULT_RTOL = 0.0
+
+
+def load_candidate(path: Path) -> dict[str, np.ndarray]:
+    """Another implementation's output: .npy (the embeddings), .npz or .safetensors
+    (`embeddings` and any stage names), or .json (a nested list, or an object of them)."""
+    if not path.is_file():
+        raise InputError(f"candidate {path}: no such file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            arrays = {"embeddings": np.load(path, allow_pickle=False)}
+        elif suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                arrays = {key: archive[key] for key in archive.files}
+        elif suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            arrays = load_file(str(path))
+        elif suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            arrays = data if isinstance(data, dict) else {"embeddings": data}
+        else:
+            raise InputError(f"candidate {path}: use .npy, .npz, .safetensors or .json")
+    except (ValueError, TypeError, OSError, EOFError) as error:
+        if isinstance(error, InputError):
+            raise
+        raise InputError(f"candidate {path}: cannot read it ({error})") from None
+    if "embeddings" not in arrays:
+        raise InputError(f"candidate {path}: no 'embeddings' array (it has {sorted(arrays)})")
+    return {key: _as_float(path, key, arrays[key]) for key in STAGES if key in arrays}
+
+
+def _as_float(path: Path, key: str, value) -> np.ndarray:
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise InputError(f"candidate {path}: '{key}' is not a numeric array") from None
+    if array.ndim == 0:
+        raise InputError(f"candidate {path}: '{key}' is a scalar, not an array")
+    return array
+
+
+@dataclass
+class StageResult:
+    """One stage of the candidate against the float64 reference (and npbert's float32)."""
+
+    name: str
+    shape_ok: bool
+    shapes: tuple  # (candidate shape, expected shape)
+    max_abs: float = float("inf")
+    max_rel: float = float("inf")
+    max_abs_float32: float = float("inf")  # against npbert's float32 output
+    ok: bool = False
+    worst: dict = field(default_factory=dict)  # index, candidate, reference, npbert_float32
+
+
+def _align(candidate: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
+    """expected broadcast to the candidate's shape (a missing batch axis of 1, positions shared
+    across the batch), or None when the shapes disagree."""
+    squeezed = candidate.reshape(candidate.shape[1:]) if candidate.shape[:1] == (1,) else None
+    for shape in (candidate.shape, None if squeezed is None else squeezed.shape):
+        if shape is None:
+            continue
+        try:
+            if np.broadcast_shapes(expected.shape, shape) == shape:
+                return np.broadcast_to(expected, candidate.shape)
+        except ValueError:
+            pass
+    return None
+
+
+def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> StageResult:
+    expected = _align(candidate, reference64)
+    if expected is None:
+        return StageResult(name, False, (candidate.shape, reference64.shape))
+    expected32 = np.broadcast_to(reference32, candidate.shape)
+    error = np.abs(candidate - expected)
+    error[np.isnan(error)] = np.inf  # NaN in the candidate is as wrong as it gets
+    worst = np.unravel_index(np.argmax(error), error.shape)
+    scale = np.abs(expected)
+    relative = np.divide(error, scale, out=np.full_like(error, np.inf), where=scale > 0)
+    relative[(error == 0)] = 0.0
+    return StageResult(
+        name=name,
+        shape_ok=True,
+        shapes=(candidate.shape, candidate.shape),
+        max_abs=float(error.max()),
+        max_rel=float(relative.max()),
+        max_abs_float32=float(np.nanmax(np.abs(candidate - expected32))),
+        ok=bool((error <= atol + rtol * scale).all()),
+        worst={
+            "index": [int(i) for i in worst],
+            "candidate": float(candidate[worst]),
+            "reference": float(expected[worst]),
+            "npbert_float32": float(expected32[worst]),
+        },
+    )
+
+
+def ulps(candidate: np.ndarray, reference64: np.ndarray) -> np.ndarray:
+    """|candidate - reference| in units of the float32 spacing at the reference value."""
+    spacing = np.spacing(np.abs(reference64).astype(np.float32)).astype(np.float64)
+    return np.abs(candidate - reference64) / spacing
+
+
+def cosines(candidate: np.ndarray, reference64: np.ndarray) -> np.ndarray:
+    """Per-token cosine similarity over the hidden axis: (..., L, H) -> (..., L)."""
+    dot = (candidate * reference64).sum(-1)
+    norms = np.linalg.norm(candidate, axis=-1) * np.linalg.norm(reference64, axis=-1)
+    return dot / np.where(norms > 0, norms, 1.0)
+
+
+def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol) -> dict:
+    """The full report: every provided stage in order, the first that disagrees, and for the
+    output its float32 ULP error and per-token cosine similarity."""
+    stages = [
+        compare_stage(name, candidate[name], reference64[name], reference32[name], atol, rtol)
+        for name in STAGES
+        if name in candidate
+    ]
+    first_bad = next((s.name for s in stages if not s.ok), None)
+    report = {
+        "ok": first_bad is None,
+        "tolerance": {"atol": atol, "rtol": rtol, "against": "npbert float64 reference"},
+        "first_disagreeing_stage": first_bad,
+        "stages": {s.name: _stage_dict(s) for s in stages},
+    }
+    output = stages[-1]  # load_candidate requires the embeddings, the last stage
+    if output.shape_ok:
+        expected = _align(candidate["embeddings"], reference64["embeddings"])
+        ulp = ulps(candidate["embeddings"], expected)
+        ulp[np.isnan(ulp)] = np.inf
+        cos = cosines(candidate["embeddings"], expected)  # (..., L)
+        cos[np.isnan(cos)] = -np.inf  # a token with NaN is the worst token
+        report["embeddings"] = {
+            "max_ulp_float32": float(ulp.max()),
+            "median_ulp_float32": float(np.median(ulp)),
+            "min_token_cosine": float(cos.min()),
+            "worst_token": [int(i) for i in np.unravel_index(np.argmin(cos), cos.shape)],
+        }
+    return report
+
+
+def _stage_dict(stage: StageResult) -> dict:
+    if not stage.shape_ok:
+        return {
+            "ok": False,
+            "candidate_shape": list(stage.shapes[0]),
+            "expected_shape": list(stage.shapes[1]),
+        }
+    return {
+        "ok": stage.ok,
+        "max_abs": stage.max_abs,
+        "max_rel": stage.max_rel,
+        "max_abs_vs_npbert_float32": stage.max_abs_float32,
+        "worst": stage.worst,
+    }
+
+
+def format_report(report: dict) -> str:
+    """The report for people: one line a stage, then the output's details and the verdict."""
+    tol = report["tolerance"]
+    lines = [f"tolerance: atol {tol['atol']:g}, rtol {tol['rtol']:g} ({tol['against']})"]
+    for name, stage in report["stages"].items():
+        if "max_abs" not in stage:
+            lines.append(
+                f"  {name:<11} SHAPE  candidate {tuple(stage['candidate_shape'])}, "
+                f"expected {tuple(stage['expected_shape'])}"
+            )
+            continue
+        worst = stage["worst"]
+        lines.append(
+            f"  {name:<11} {'ok  ' if stage['ok'] else 'FAIL'}   max |diff| {stage['max_abs']:.3g}"
+            f" (vs npbert float32 {stage['max_abs_vs_npbert_float32']:.3g}),"
+            f" max rel {stage['max_rel']:.3g}; worst at {tuple(worst['index'])}:"
+            f" {worst['candidate']:.8g} vs {worst['reference']:.8g}"
+        )
+    if "embeddings" in report:
+        out = report["embeddings"]
+        lines.append(
+            f"  embeddings: float32 ULPs from the float64 reference: max "
+            f"{out['max_ulp_float32']:.3g}, median {out['median_ulp_float32']:.3g}; "
+            f"min token cosine {out['min_token_cosine']:.9f} at {tuple(out['worst_token'])}"
+        )
+    bad = report["first_disagreeing_stage"]
+    lines.append(
+        "PASS: every stage within tolerance"
+        if bad is None
+        else f"FAIL: the first stage that disagrees is '{bad}'"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,288 @@
+"""npbert compare and npbert vectors: catching the real bugs, and naming the stage."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import TINY, load_golden
+from safetensors.numpy import load_file, save_file
+
+import npbert
+from npbert.cli import main
+from npbert.embedding import STAGES
+from npbert.verify import ulps
+
+
+def stages_with_bug(
+    weights,
+    input_ids,
+    token_type_ids,
+    *,
+    eps=None,
+    ddof=0,
+    one_pass=False,
+    position_offset=0,
+    drop_token_type=False,
+    swap_gamma_beta=False,
+    truncate=None,
+):
+    """Another implementation of the layer, in float32, with one of the classic mistakes."""
+    if truncate is not None:
+        input_ids, token_type_ids = input_ids[..., :truncate], token_type_ids[..., :truncate]
+    eps = weights.layer_norm_eps if eps is None else eps
+    word = weights.word_embeddings[input_ids]
+    position = weights.position_embeddings[np.arange(input_ids.shape[-1]) + position_offset]
+    token_type = weights.token_type_embeddings[token_type_ids]
+    summed = word + position if drop_token_type else word + token_type + position
+    mean = summed.mean(-1, keepdims=True)
+    if one_pass:
+        variance = (summed * summed).mean(-1, keepdims=True) - mean * mean
+    else:
+        variance = summed.var(-1, ddof=ddof, keepdims=True)
+    normalized = (summed - mean) / np.sqrt(variance + np.float32(eps))
+    gamma, beta = weights.layer_norm_weight, weights.layer_norm_bias
+    if swap_gamma_beta:
+        gamma, beta = beta, gamma
+    stages = {
+        "word": word,
+        "position": position,
+        "token_type": token_type,
+        "sum": summed,
+        "normalized": normalized,
+        "embeddings": normalized * gamma + beta,
+    }
+    if drop_token_type:
+        del stages["token_type"]  # an implementation without it has nothing to show
+    return stages
+
+
+def compare(capsys, candidate_path, model, input_ids, token_type_ids, tmp_path, *extra):
+    np.save(tmp_path / "ids.npy", input_ids)
+    np.save(tmp_path / "tt.npy", token_type_ids)
+    code = main(
+        [
+            "compare",
+            str(candidate_path),
+            "--model",
+            str(model),
+            "--ids-file",
+            str(tmp_path / "ids.npy"),
+            "--token-type-ids-file",
+            str(tmp_path / "tt.npy"),
+            "--json",
+            *extra,
+        ]
+    )
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.startswith("{") else None), err
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir):
+    return npbert.load_weights(minilm_dir)
+
+
+@pytest.mark.parametrize("golden", ["minilm_pair", "minilm_full_length", "minilm_padded_batch"])
+def test_torch_float32_output_passes(tmp_path, capsys, minilm_dir, golden, record):
+    arrays, _ = load_golden(golden)
+    np.savez(tmp_path / "torch.npz", **{k: arrays[k] for k in STAGES})
+    code, report, _ = compare(
+        capsys,
+        tmp_path / "torch.npz",
+        minilm_dir,
+        arrays["input_ids"],
+        arrays["token_type_ids"],
+        tmp_path,
+    )
+    assert code == 0 and report["ok"] and report["first_disagreeing_stage"] is None
+    assert list(report["stages"]) == list(STAGES)
+    record(
+        f"compare torch float32 ({golden}): max |diff| from float64 reference "
+        f"{report['stages']['embeddings']['max_abs']:.3g}"
+    )
+
+
+BUGS = {
+    "eps 1e-5 instead of 1e-12": ({"eps": 1e-5}, "normalized"),
+    "unbiased (n-1) variance": ({"ddof": 1}, "normalized"),
+    "positions shifted by one (RoBERTa offset)": ({"position_offset": 1}, "position"),
+    "token type embedding left out": ({"drop_token_type": True}, "sum"),
+    "gamma and beta swapped": ({"swap_gamma_beta": True}, "embeddings"),
+}
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_each_classic_bug_fails_at_the_right_stage(tmp_path, capsys, minilm, minilm_dir, bug):
+    arrays, _ = load_golden("minilm_pair")
+    ids, types = arrays["input_ids"][None], arrays["token_type_ids"][None]
+    kwargs, stage = BUGS[bug]
+    np.savez(tmp_path / "bug.npz", **stages_with_bug(minilm, ids, types, **kwargs))
+    code, report, _ = compare(capsys, tmp_path / "bug.npz", minilm_dir, ids, types, tmp_path)
+    assert code == 1 and report["first_disagreeing_stage"] == stage
+    assert not report["ok"]
+
+
+def test_output_only_candidate_still_fails(tmp_path, capsys, minilm, minilm_dir):
+    arrays, _ = load_golden("minilm_pair")
+    ids, types = arrays["input_ids"][None], arrays["token_type_ids"][None]
+    np.save(tmp_path / "out.npy", stages_with_bug(minilm, ids, types, ddof=1)["embeddings"])
+    code, report, _ = compare(capsys, tmp_path / "out.npy", minilm_dir, ids, types, tmp_path)
+    assert code == 1 and report["first_disagreeing_stage"] == "embeddings"
+
+
+def test_inputs_truncated_to_511_fail_at_the_first_stage(tmp_path, capsys, minilm, minilm_dir):
+    arrays, _ = load_golden("minilm_full_length")
+    ids, types = arrays["input_ids"][None], arrays["token_type_ids"][None]
+    np.savez(tmp_path / "cut.npz", **stages_with_bug(minilm, ids, types, truncate=511))
+    code, report, _ = compare(capsys, tmp_path / "cut.npz", minilm_dir, ids, types, tmp_path)
+    assert code == 1 and report["first_disagreeing_stage"] == "word"
+    assert report["stages"]["word"]["candidate_shape"] == [1, 511, 384]
+
+
+def test_one_pass_variance_fails_on_inputs_with_a_large_mean(tmp_path, capsys, minilm_dir):
+    shifted = tmp_path / "shifted"
+    shutil.copytree(minilm_dir, shifted, ignore=shutil.ignore_patterns("1_Pooling"))
+    tensors = load_file(str(shifted / "model.safetensors"))
+    # A mean of 2 against a spread of about 0.05: E[x^2] - E[x]^2 cancels away most of the
+    # float32 digits, while two passes stay within 1e-5 (at a mean of 4 even a float32 sum
+    # loses too much for 1e-5, whatever the variance formula).
+    tensors["embeddings.word_embeddings.weight"] += np.float32(2.0)
+    save_file(tensors, str(shifted / "model.safetensors"))
+    weights = npbert.load_weights(shifted)
+    arrays, _ = load_golden("minilm_pair")
+    ids, types = arrays["input_ids"][None], arrays["token_type_ids"][None]
+    np.savez(tmp_path / "bug.npz", **stages_with_bug(weights, ids, types, one_pass=True))
+    code, report, _ = compare(capsys, tmp_path / "bug.npz", shifted, ids, types, tmp_path)
+    assert code == 1 and report["first_disagreeing_stage"] == "normalized"
+    np.savez(tmp_path / "npbert.npz", **npbert.embed_stages(weights, ids, types))
+    code, report, _ = compare(capsys, tmp_path / "npbert.npz", shifted, ids, types, tmp_path)
+    assert code == 0, report  # npbert's two-pass variance holds up on the same inputs
+
+
+def test_candidate_formats_agree(tmp_path, capsys, minilm_dir):
+    arrays, _ = load_golden("minilm_seed1")
+    output = arrays["embeddings"]
+    np.save(tmp_path / "c.npy", output)
+    np.savez(tmp_path / "c.npz", embeddings=output)
+    save_file({"embeddings": output}, str(tmp_path / "c.safetensors"))
+    (tmp_path / "c.json").write_text(json.dumps({"embeddings": output.tolist()}))
+    (tmp_path / "list.json").write_text(json.dumps(output.tolist()))
+    verdicts = set()
+    for name in ("c.npy", "c.npz", "c.safetensors", "c.json", "list.json"):
+        code, report, _ = compare(
+            capsys,
+            tmp_path / name,
+            minilm_dir,
+            arrays["input_ids"],
+            arrays["token_type_ids"],
+            tmp_path,
+        )
+        verdicts.add((code, report["stages"]["embeddings"]["max_abs"]))
+    assert len(verdicts) == 1 and next(iter(verdicts))[0] == 0
+
+
+def test_nan_in_the_candidate_fails(tmp_path, capsys, minilm_dir):
+    arrays, _ = load_golden("minilm_seed1")
+    output = arrays["embeddings"].copy()
+    output[3, 7] = np.nan
+    np.save(tmp_path / "nan.npy", output)
+    code, report, _ = compare(
+        capsys,
+        tmp_path / "nan.npy",
+        minilm_dir,
+        arrays["input_ids"],
+        arrays["token_type_ids"],
+        tmp_path,
+    )
+    assert code == 1 and report["stages"]["embeddings"]["worst"]["index"] == [3, 7]
+
+
+def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm, minilm_dir):
+    ids = np.array([[101, 1045, 2572, 8254, 2319, 102]])
+    np.savez(
+        tmp_path / "bug.npz", **stages_with_bug(minilm, ids, np.zeros_like(ids), position_offset=1)
+    )
+    code = main(["compare", str(tmp_path / "bug.npz"), "--model", str(minilm_dir), "I am Sinan"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "tolerance: atol 1e-05, rtol 0" in out
+    assert "FAIL: the first stage that disagrees is 'position'" in out
+    assert "token cosine" in out and "ULPs" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("c.txt", b"1 2 3", "use .npy, .npz, .safetensors or .json"),
+        ("c.npz", None, "no 'embeddings' array"),
+        ("c.json", b'{"embeddings": [["a"]]}', "'embeddings' is not a numeric array"),
+        ("c.json", b"{oops", "cannot read it"),
+        ("c.npy", b"garbage", "cannot read it"),
+    ],
+)
+def test_bad_candidates_exit_2(tmp_path, capsys, name, content, message):
+    path = tmp_path / name
+    if content is None:
+        np.savez(path, other=np.zeros(3))
+    else:
+        path.write_bytes(content)
+    code = main(["compare", str(path), "--model", str(TINY), "i am"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_ulp_distance_of_torch_and_npbert_from_the_float64_reference(minilm, record):
+    torch_ulps, npbert_ulps = [], []
+    for name in ("minilm_full_length", "minilm_padded_batch", "minilm_pair"):
+        arrays, _ = load_golden(name)
+        reference = npbert.embed(
+            minilm, arrays["input_ids"], arrays["token_type_ids"], dtype=np.float64
+        )
+        torch_ulps.append(ulps(arrays["embeddings"], reference).ravel())
+        ours = npbert.embed(minilm, arrays["input_ids"], arrays["token_type_ids"])
+        npbert_ulps.append(ulps(ours, reference).ravel())
+    for who, values in (("torch", torch_ulps), ("npbert", npbert_ulps)):
+        values = np.concatenate(values)
+        record(
+            f"{who} float32 output, ULPs from the float64 reference: median "
+            f"{np.median(values):.2f}, 99th percentile {np.percentile(values, 99):.1f}, "
+            f"max {values.max():.0f}"
+        )
+        assert np.median(values) < 4
+
+
+def test_vectors_are_complete_and_consistent(tmp_path, capsys):
+    out = tmp_path / "vectors"
+    assert main(["vectors", "--model", str(TINY), "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (out / "FORMAT.md").is_file()
+    assert set(manifest["cases"]) >= {
+        "seed0",
+        "seed1",
+        "seed2",
+        "pair",
+        "padded_batch",
+        "longest",
+        "every_token_type",
+        "repeated_tokens",
+        "special_tokens",
+    }
+    assert len(manifest["weights_sha256"]["model.safetensors"]) == 64
+    weights = npbert.load_weights(TINY)
+    for case in manifest["cases"].values():
+        for rel, info in case["files"].items():
+            array = np.load(out / rel)
+            assert list(array.shape) == info["shape"] and array.dtype.name == info["dtype"]
+        folder = out / next(iter(case["files"])).split("/")[0]
+        ids, types = np.load(folder / "input_ids.npy"), np.load(folder / "token_type_ids.npy")
+        np.testing.assert_array_equal(
+            np.load(folder / "embeddings.float64.npy"),
+            npbert.embed(weights, ids, types, dtype=np.float64),
+        )
+    longest = np.load(out / "longest" / "input_ids.npy")
+    assert longest.shape == (1, weights.max_position_embeddings)
+    types = np.load(out / "every_token_type" / "token_type_ids.npy")
+    assert set(types.ravel().tolist()) == set(range(weights.type_vocab_size))
+    assert main(["vectors", "--model", str(TINY), "--out", str(out)]) == 2  # never overwrites
+    assert "exists" in capsys.readouterr().err
