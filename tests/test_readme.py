@@ -54,3 +54,14 @@ def test_code_is_ruff_clean():
             check=False,
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_worked_example_passes_compare(tmp_path, minilm_dir, monkeypatch, capsys):
+    from npbert.cli import main
+
+    port = re.search(r"```python\n(# my_port\.py.+?)```", README, flags=re.S)[1]
+    (tmp_path / "my_port.py").write_text(port)
+    monkeypatch.chdir(tmp_path)
+    subprocess.run([sys.executable, "my_port.py", str(minilm_dir)], check=True)
+    assert main(["compare", "mine.npy", "--model", str(minilm_dir), "--ids-file", "ids.npy"]) == 0
+    assert "PASS" in capsys.readouterr().out
