@@ -69,12 +69,8 @@ class StoredTensor:
     name: str
     dtype: str  # safetensors dtype string: F32, F16, BF16
     shape: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * {"F32": 4, "F16": 2, "BF16": 2}.get(
-            self.dtype, 0
-        )
+    offset: int  # of the tensor's first byte in the file
+    nbytes: int
 
 
 def read_config(directory: Path) -> dict:
@@ -142,7 +138,8 @@ def find_embedding_tensors(directory: Path) -> dict[str, StoredTensor]:
     """EmbeddingWeights field -> StoredTensor for a local checkpoint directory."""
     files = weight_files(directory)
     names = embedding_tensor_names(files, str(directory))
-    return {key: _describe(files[name], name) for key, name in names.items()}
+    headers = {path: _header(path) for path in {files[name] for name in names.values()}}
+    return {key: _describe(files[name], name, *headers[files[name]]) for key, name in names.items()}
 
 
 def _open(path: Path):
@@ -157,38 +154,45 @@ def _open(path: Path):
         raise InputError(f"{path} is not a valid safetensors file: {error}") from None
 
 
-def _describe(path: Path, name: str) -> StoredTensor:
-    with _open(path) as f:
-        tensor = f.get_slice(name)
-        return StoredTensor(path, name, tensor.get_dtype(), tuple(tensor.get_shape()))
+def _header(path: Path) -> tuple[int, dict]:
+    """(where the data buffer starts, tensor name -> huggingface_hub's TensorInfo).
 
-
-def read_tensor(stored: StoredTensor) -> np.ndarray:
-    """One stored tensor as a float32 array."""
-    if stored.dtype == "BF16":
-        return _read_bfloat16(stored)
-    if stored.dtype not in ("F32", "F16"):
-        raise InputError(f"{stored.file.name}: {stored.name} is {stored.dtype}, not a float tensor")
-    with _open(stored.file) as f:
-        return f.get_tensor(stored.name).astype(np.float32, copy=False)
-
-
-def _read_bfloat16(stored: StoredTensor) -> np.ndarray:
-    """bfloat16 is the top half of a float32, so widening is a 16-bit shift: exact, no rounding.
-
-    safetensors' NumPy loader refuses BF16 (NumPy has no such dtype), so the bytes are read
-    here; the tensor's offsets come from huggingface_hub's header parser. The data buffer
-    starts after the format's 8-byte little-endian header length and the header itself.
+    safetensors validates the file; huggingface_hub's parser gives each tensor's data_offsets,
+    relative to the data buffer, which starts after the format's 8-byte little-endian header
+    length and the header itself.
     """
     from huggingface_hub import parse_local_safetensors_file_metadata
 
-    header = parse_local_safetensors_file_metadata(stored.file)
-    begin, end = header.tensors[stored.name].data_offsets
-    with open(stored.file, "rb") as f:
+    with _open(path):  # validates the header: offsets in bounds, buffer fully covered
+        pass
+    with open(path, "rb") as f:
         (header_length,) = struct.unpack("<Q", f.read(8))
-        f.seek(8 + header_length + begin)
-        raw = np.frombuffer(f.read(end - begin), dtype="<u2")
-    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(stored.shape)
+    return 8 + header_length, parse_local_safetensors_file_metadata(path).tensors
+
+
+def _describe(path: Path, name: str, data_start: int, tensors: dict) -> StoredTensor:
+    info = tensors[name]
+    begin, end = info.data_offsets
+    return StoredTensor(path, name, info.dtype, tuple(info.shape), data_start + begin, end - begin)
+
+
+# How each stored float dtype is mapped: bfloat16 as its raw 16 bits (NumPy has no bfloat16).
+STORED = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+
+
+def read_tensor(stored: StoredTensor) -> np.ndarray:
+    """One stored tensor as float32, memory-mapped rather than read.
+
+    A float32 tensor is not copied at all: a lookup reads from disk only the rows it touches,
+    and the OS shares the pages between processes. float16 widens exactly; bfloat16 is the
+    top half of a float32, so widening it is a 16-bit shift, also exact.
+    """
+    if stored.dtype not in STORED:
+        raise InputError(f"{stored.file.name}: {stored.name} is {stored.dtype}, not a float tensor")
+    raw = np.asarray(np.memmap(stored.file, STORED[stored.dtype], "r", stored.offset, stored.shape))
+    if stored.dtype == "BF16":
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32, copy=False)
 
 
 def check_shapes(tensors: dict[str, StoredTensor], config: dict, directory: Path) -> None:

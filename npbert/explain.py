@@ -31,7 +31,9 @@ def _rows(title: str, labels: list[str], matrix: np.ndarray, limit: int = 12) ->
     return lines
 
 
-TOLERANCE = 1e-6  # the step-by-step output must equal embed() to this max |diff|
+# The step-by-step output must equal embed() to this max |diff|: embed() is the fast path,
+# which rounds in another order (about 1e-6), and 1e-5 is the tolerance against torch.
+TOLERANCE = 1e-5
 
 
 def explain(

@@ -1,0 +1,83 @@
+"""The fast path behind embed() against the readable specification, embed_stages()."""
+
+import mmap
+
+import numpy as np
+import pytest
+from conftest import DATA, TINY
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import npbert
+
+
+@pytest.fixture(scope="module")
+def models(minilm_dir):
+    return {
+        "tiny": npbert.load_weights(TINY),
+        "minilm": npbert.load_weights(minilm_dir),
+        "bf16": npbert.load_weights(DATA / "tiny-bert-bf16"),
+    }
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.sampled_from(["tiny", "minilm", "bf16"]),
+    batch=st.integers(1, 5),
+    length=st.integers(1, 128),
+    seed=st.integers(0, 2**32 - 1),
+    positions=st.booleans(),
+)
+def test_fast_path_equals_the_readable_one_on_random_ids(
+    models, model, batch, length, seed, positions
+):
+    weights = models[model]
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, weights.vocab_size, (batch, length))
+    types = rng.integers(0, weights.type_vocab_size, (batch, length))
+    position_ids = rng.integers(0, 128, (batch, length)) if positions else None
+    fast = npbert.embed(weights, ids, types, position_ids)
+    readable = npbert.embed_stages(weights, ids, types, position_ids)["embeddings"]
+    assert fast.dtype == np.float32 and fast.shape == readable.shape
+    np.testing.assert_array_equal(fast, readable)  # bit-identical, not just close
+
+
+def test_fast_path_equals_the_readable_one_on_real_text(models, minilm_dir):
+    embedder = npbert.Embedder.from_pretrained(minilm_dir)
+    texts = [
+        "The quick brown fox jumps over the lazy dog",
+        "I am Sinan",
+        "this is a test sentence",
+        " ".join(["A longer passage about embeddings."] * 60),
+    ]
+    encoding = embedder.encode(texts, truncation=True)
+    fast = npbert.embed(models["minilm"], encoding.input_ids, encoding.token_type_ids)
+    readable = npbert.embed_stages(models["minilm"], encoding.input_ids, encoding.token_type_ids)[
+        "embeddings"
+    ]
+    np.testing.assert_array_equal(fast, readable)
+
+
+def test_threads_do_not_change_the_result(models):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 30522, (8, 512))
+    one = npbert.embed(models["minilm"], ids, threads=1)
+    np.testing.assert_array_equal(npbert.embed(models["minilm"], ids, threads=2), one)
+    np.testing.assert_array_equal(npbert.embed(models["minilm"], ids, threads=7), one)
+
+
+def test_a_row_does_not_depend_on_its_batch(models):
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 30522, (6, 300))
+    together = npbert.embed(models["minilm"], ids)
+    for b in range(6):
+        np.testing.assert_array_equal(npbert.embed(models["minilm"], ids[b]), together[b])
+
+
+def test_float32_weights_are_memory_mapped_not_copied(models):
+    word = models["minilm"].word_embeddings
+    base = word
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    assert isinstance(base, mmap.mmap)
+    assert not word.flags.writeable
