@@ -245,12 +245,12 @@ def end_to_end(model: Path, texts: list[str], rounds: int, batch: int = 64) -> f
 
 def table(rows: list[tuple], header: tuple) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: (
-        "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
-    )  # noqa: E731
-    return "\n".join(
-        [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
-    )
+
+    def line(cells) -> str:
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), rule, *map(line, rows)])
 
 
 def machine() -> str:
