@@ -1,5 +1,6 @@
 """npbert's public API: load the weights, embed ids, or embed text with an Embedder."""
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -142,8 +143,14 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
     if threads == 1:
         work(shares[0])
         return
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(work, shares))
+    list(thread_pool(threads).map(work, shares))
+
+
+@functools.cache
+def thread_pool(threads: int) -> ThreadPoolExecutor:
+    """One pool per thread count, kept for the process: starting threads on every call cost
+    about a fifth of a bert-base batch (scripts/bench.py)."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="npbert")
 
 
 @dataclass(frozen=True, eq=False)
