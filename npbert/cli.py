@@ -51,6 +51,20 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument(
         "--stages", action="store_true", help="also write every stage of the layer (.npz)"
     )
+    corpus = embed.add_argument_group("corpus", "stream a corpus into a directory of shards")
+    corpus.add_argument("--input", metavar="FILE", help=".txt (a text a line), .jsonl, or -")
+    corpus.add_argument(
+        "--input-format", choices=("txt", "jsonl"), help="default: from the file name, txt for -"
+    )
+    corpus.add_argument("--batch-size", type=int, default=32, metavar="N")
+    corpus.add_argument(
+        "--shard-tokens",
+        type=int,
+        default=16384,
+        metavar="N",
+        help="tokens per shard (memory use grows with it)",
+    )
+    corpus.add_argument("--resume", action="store_true", help="continue an interrupted run")
     embed.set_defaults(run=run_embed)
 
     explain = commands.add_parser("explain", help="walk through the layer for one text")
@@ -170,6 +184,9 @@ def read_inputs(args) -> Inputs:
 def run_embed(args) -> int:
     from npbert.model import embed, embed_stages
 
+    if args.input is not None:
+        return embed_corpus(args)
+
     if args.stages and (args.out is None or args.out.suffix != ".npz"):
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
     inputs = read_inputs(args)
@@ -184,6 +201,36 @@ def run_embed(args) -> int:
         summary(
             inputs.weights, embeddings, inputs.tokens, inputs.texts, np.atleast_2d(inputs.input_ids)
         )
+    )
+    return 0
+
+
+def embed_corpus(args) -> int:
+    from npbert.model import Embedder
+    from npbert.stream import embed_corpus
+
+    if args.texts or args.ids_file or args.pair or args.stages:
+        raise InputError("--input embeds a whole file: give no TEXT, --pair, --ids-file, --stages")
+    if args.out is None:
+        raise InputError("--input needs --out DIR, the directory the shards go to")
+    if args.batch_size < 1 or args.shard_tokens < 1:
+        raise InputError("--batch-size and --shard-tokens must be at least 1")
+    input_format = args.input_format or ("jsonl" if args.input.endswith(".jsonl") else "txt")
+    embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
+    index = embed_corpus(
+        embedder,
+        args.input,
+        args.out,
+        input_format=input_format,
+        batch_size=args.batch_size,
+        shard_tokens=args.shard_tokens,
+        truncation=args.truncate,
+        resume=args.resume,
+        progress=sys.stderr.isatty(),
+    )
+    print(
+        f"embedded {index['texts']:,} texts, {index['tokens']:,} tokens, in "
+        f"{len(index['shards'])} shards: {args.out}"
     )
     return 0
 

@@ -58,16 +58,18 @@ def _check_texts(name: str, texts: list) -> None:
             raise InputError(f"{name}[{i}] is {type(text).__name__}, not a string")
 
 
-def encode(
+def tokenize_batch(
     tokenizer,
     texts: list[str],
     pairs: list[str] | None = None,
     *,
     max_length: int,
-    pad_token_id: int,
     truncation: bool = False,
-) -> Encoding:
-    """Tokenize B texts (or B (text, pair) pairs) into ids padded to the longest, (B, L) each."""
+    pad_token_id: int | None = None,
+    names: list[str] | None = None,
+) -> list:
+    """tokenizers Encodings of B texts (or B (text, pair) pairs), padded to the longest when
+    pad_token_id is given. `names` label the texts in errors ("text 3", "input.txt line 9")."""
     if not texts:
         raise InputError("no text to embed")
     _check_texts("texts", texts)
@@ -78,8 +80,9 @@ def encode(
     inputs = texts if pairs is None else list(zip(texts, pairs, strict=True))
     if truncation:
         tokenizer.enable_truncation(max_length=max_length)
-    pad_token = tokenizer.id_to_token(pad_token_id)
-    tokenizer.enable_padding(pad_id=pad_token_id, pad_token=pad_token or "[PAD]")
+    if pad_token_id is not None:
+        pad_token = tokenizer.id_to_token(pad_token_id) or "[PAD]"
+        tokenizer.enable_padding(pad_id=pad_token_id, pad_token=pad_token)
     try:
         encodings = tokenizer.encode_batch(inputs)
     finally:
@@ -88,11 +91,32 @@ def encode(
     for i, encoding in enumerate(encodings):
         length = sum(encoding.attention_mask)
         if length > max_length:
+            name = names[i] if names else f"text {i}"
             raise InputError(
-                f"text {i} has {length} tokens, more than max_position_embeddings ({max_length}); "
-                "ask for truncation (truncation=True, --truncate) to keep the first "
-                f"{max_length}"
+                f"{name} has {length} tokens, more than max_position_embeddings ({max_length}); "
+                f"ask for truncation (truncation=True, --truncate) to keep the first {max_length}"
             )
+    return encodings
+
+
+def encode(
+    tokenizer,
+    texts: list[str],
+    pairs: list[str] | None = None,
+    *,
+    max_length: int,
+    pad_token_id: int,
+    truncation: bool = False,
+) -> Encoding:
+    """Tokenize B texts (or B (text, pair) pairs) into ids padded to the longest, (B, L) each."""
+    encodings = tokenize_batch(
+        tokenizer,
+        texts,
+        pairs,
+        max_length=max_length,
+        truncation=truncation,
+        pad_token_id=pad_token_id,
+    )
     return Encoding(
         input_ids=np.array([e.ids for e in encodings], dtype=np.int64),
         token_type_ids=np.array([e.type_ids for e in encodings], dtype=np.int64),
