@@ -65,27 +65,25 @@ def embedding_stages(
 # The fast path: the same computation restructured for speed, not for reading. Tokens go
 # through in blocks that stay in cache, every step in place, across threads (npbert.model);
 # no temporary is the size of the output. Each step is the same NumPy operation on the same
-# row as above, in the same order, so the result is bit-identical to embedding_stages, and a
-# row's result does not depend on the block or batch it is in.
+# values as above, in the same order, so the result is bit-identical to embedding_stages,
+# and a row's result does not depend on the block or batch it is in.
 
 
 def embed_block(
     out: np.ndarray,  # (n, H) float32, written in place
     input_ids: np.ndarray,  # (n,) int
-    token_type_ids: np.ndarray,  # (n,) int
-    position_ids: np.ndarray,  # (n,) int
     word_embeddings: np.ndarray,  # (V, H)
-    position_embeddings: np.ndarray,  # (P, H)
-    token_type_embeddings: np.ndarray,  # (T, H)
-    gamma: np.ndarray,  # (H,)
-    beta: np.ndarray,  # (H,)
+    token_type_rows: np.ndarray,  # (n, H): token_type_embeddings[token_type_ids], looked up
+    position_rows: np.ndarray,  # (n, H): position_embeddings[position_ids], looked up
+    gamma: np.ndarray,  # (H,), or tiled to (n, H)
+    beta: np.ndarray,  # (H,), or tiled to (n, H)
     eps: float,
-    scratch: np.ndarray,  # (n, H) float32, overwritten
+    scratch: np.ndarray,  # (n, H) float32, overwritten (it may hold position_rows)
 ) -> None:
     """The layer for a block of n tokens, float32, into `out`."""
     np.take(word_embeddings, input_ids, axis=0, out=out)  # word, (n, H)
-    out += np.take(token_type_embeddings, token_type_ids, axis=0, out=scratch)  # + token_type
-    out += np.take(position_embeddings, position_ids, axis=0, out=scratch)  # + position: sum
+    out += token_type_rows  # word + token_type
+    out += position_rows  # + position: the sum
     out -= out.mean(axis=-1, keepdims=True)  # centered
     variance = np.multiply(out, out, out=scratch).mean(axis=-1, keepdims=True)  # (n, 1)
     out /= np.sqrt(variance + eps)  # normalized

@@ -99,46 +99,71 @@ def embed(
         type_vocab_size=weights.type_vocab_size,
         max_positions=weights.max_position_embeddings,
     )
-    shape = input_ids.shape  # (B, L) or (L,)
-    flat = [input_ids, token_type_ids, np.broadcast_to(position_ids, shape)]
-    flat = [ids.reshape(-1) for ids in flat]  # 3 x (N,)
-    out = np.empty((flat[0].size, weights.hidden_size), np.float32)  # (N, H)
-    run_blocks(weights, out, *flat, threads=threads)
-    return out.reshape(*shape, weights.hidden_size)
+    batch = np.atleast_2d(input_ids), np.atleast_2d(token_type_ids)  # (B, L) each
+    out = np.empty((*batch[0].shape, weights.hidden_size), np.float32)  # (B, L, H)
+    run_blocks(weights, out, *batch, position_ids, threads=threads)
+    return out.reshape(*input_ids.shape, weights.hidden_size)
 
 
-BLOCK = 256  # tokens per block: the best of 32..2048 measured for bert-base (scripts/bench.py)
+BLOCK = 256  # tokens per block, as measured for bert-base by scripts/bench.py
 
 
 def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads) -> None:
-    """embed_block over consecutive blocks of tokens, the blocks dealt out to threads.
+    """embed_block over blocks of whole rows (or of one row's columns, past BLOCK tokens),
+    dealt out to threads. NumPy releases the GIL inside take and the ufuncs, so Python threads
+    run in parallel.
 
-    NumPy releases the GIL inside take and the ufuncs, so Python threads run in parallel.
+    What does not change from block to block is looked up or tiled once per call instead of
+    gathered per token: the position rows when every sequence has the same position_ids (the
+    default), a token type's row for a block of one token type, gamma and beta. Adding a tiled
+    row is the same arithmetic as adding a gathered one, only faster.
     """
-    blocks = [slice(start, start + BLOCK) for start in range(0, len(input_ids), BLOCK)]
-    threads = min(threads or os.cpu_count() or 1, len(blocks))
-    tables = (
-        weights.word_embeddings,
-        weights.position_embeddings,
-        weights.token_type_embeddings,
-        weights.layer_norm_weight,
-        weights.layer_norm_bias,
-        weights.layer_norm_eps,
-    )
+    batch, length, hidden = out.shape
+    rows, width = max(1, BLOCK // length), min(length, BLOCK)  # a block: rows x width tokens
+    blocks = [
+        (slice(r, r + rows), slice(c, c + width))
+        for r in range(0, batch, rows)
+        for c in range(0, length, width)
+    ]
+    size = min(rows, batch) * width  # tokens in the largest block
 
-    def work(share: list[slice]) -> None:
-        scratch = np.empty((BLOCK, out.shape[1]), np.float32)
-        for block in share:
-            rows = out[block]
+    def tile(row: np.ndarray, count: int) -> np.ndarray:
+        return np.tile(row, (count, 1))
+
+    gamma, beta = (tile(weights.layer_norm_weight, size), tile(weights.layer_norm_bias, size))
+    type_rows = [tile(row, size) for row in weights.token_type_embeddings]  # T x (size, H)
+    position_rows = None
+    if position_ids.ndim == 1:  # shared by every sequence: (rows * L, H)
+        position_rows = tile(weights.position_embeddings[position_ids], min(rows, batch))
+
+    def work(share: list[tuple[slice, slice]]) -> None:
+        scratch = np.empty((2, size, hidden), np.float32)
+        for block_rows, block_columns in share:
+            block = out[block_rows, block_columns].reshape(-1, hidden)  # a view: (n, H)
+            n = len(block)
+            types = token_type_ids[block_rows, block_columns].reshape(-1)  # (n,)
+            if (types == types[0]).all():
+                token_types = type_rows[types[0]][:n]
+            else:
+                token_types = np.take(weights.token_type_embeddings, types, 0, out=scratch[0, :n])
+            if position_rows is not None:
+                positions = position_rows[block_columns.start : block_columns.start + n]
+            else:
+                ids = position_ids[block_rows, block_columns].reshape(-1)
+                positions = np.take(weights.position_embeddings, ids, 0, out=scratch[1, :n])
             embed_block(
-                rows,
-                input_ids[block],
-                token_type_ids[block],
-                position_ids[block],
-                *tables,
-                scratch[: len(rows)],
+                block,
+                input_ids[block_rows, block_columns].reshape(-1),
+                weights.word_embeddings,
+                token_types,
+                positions,
+                gamma[:n],
+                beta[:n],
+                weights.layer_norm_eps,
+                scratch[1, :n],
             )
 
+    threads = min(threads or os.cpu_count() or 1, len(blocks))
     shares = [blocks[i::threads] for i in range(threads)]
     if threads == 1:
         work(shares[0])
