@@ -95,56 +95,67 @@ def throughput(directory: Path, rounds: int, threads: int) -> list[tuple]:
     import npbert
 
     weights = npbert.load_weights(directory)
-    rng = np.random.default_rng(1)
-    ids = rng.integers(0, SHAPE["vocab_size"], (BATCH, LENGTH))
-    types = rng.integers(0, SHAPE["type_vocab_size"], (BATCH, LENGTH))
-    module = torch_module(weights, threads)
-    torch_ids, torch_types = torch.as_tensor(ids), torch.as_tensor(types)
-    output = npbert.embed(weights, ids, types)
-    expected = module(torch_ids, torch_types).detach().numpy()
-    assert np.abs(output - expected).max() < 1e-5, "npbert and torch disagree"
-    source, target = output.copy(), np.empty_like(output)
-
-    def run_torch():
-        with torch.inference_mode():
-            module(torch_ids, torch_types)
-
-    contenders = {
-        f"npbert embed ({threads} threads)": lambda: npbert.embed(weights, ids, types),
-        "npbert embed (1 thread)": lambda: npbert.embed(weights, ids, types, threads=1),
-        f"torch BertEmbeddings ({threads} threads)": run_torch,
-        "copy of the output (bandwidth bound)": lambda: np.copyto(target, source),
+    ids = np.random.default_rng(1).integers(0, SHAPE["vocab_size"], (BATCH, LENGTH))
+    inputs = {  # token types as real inputs have them
+        "single sentences": np.zeros_like(ids),
+        "sentence pairs": (np.arange(LENGTH) >= LENGTH // 2)
+        .astype(np.int64)[None]
+        .repeat(BATCH, 0),
     }
-    times = {name: [] for name in contenders}
+    module = torch_module(weights, threads)
+    contenders = {}  # (name, input) -> function
+    for label, types in inputs.items():
+        torch_ids, torch_types = torch.as_tensor(ids), torch.as_tensor(types)
+        with torch.inference_mode():
+            expected = module(torch_ids, torch_types).numpy()
+        assert np.abs(npbert.embed(weights, ids, types) - expected).max() < 1e-5
+
+        def run_torch(torch_ids=torch_ids, torch_types=torch_types):
+            with torch.inference_mode():
+                module(torch_ids, torch_types)
+
+        contenders[(f"npbert embed ({threads} threads)", label)] = lambda types=types: npbert.embed(
+            weights, ids, types
+        )
+        contenders[(f"torch BertEmbeddings ({threads} threads)", label)] = run_torch
+    single = inputs["single sentences"]
+    contenders[("npbert embed (1 thread)", "single sentences")] = lambda: npbert.embed(
+        weights, ids, single, threads=1
+    )
+    source = npbert.embed(weights, ids, single)
+    target = np.empty_like(source)
+    contenders[("copy of the output (bandwidth bound)", "")] = lambda: np.copyto(target, source)
+
+    times = {key: [] for key in contenders}
     for function in contenders.values():  # warm up: page in the weights, start the pools
         function()
     # Each round runs every contender GROUP times in a row and keeps the median: torch's
     # OpenMP threads spin for a while after each call, which would slow whatever ran next.
     for _ in range(rounds):
-        for name, function in contenders.items():
-            times[name].append(statistics.median(timed(function) for _ in range(GROUP)))
+        for key, function in contenders.items():
+            times[key].append(statistics.median(timed(function) for _ in range(GROUP)))
     # The readable version runs last, on its own: its output-sized temporaries, freed and
     # returned to the OS, made torch's next calls three times slower when interleaved.
-    readable = "npbert embed_stages (readable)"
-    times[readable] = [
+    times[("npbert embed_stages (readable)", "single sentences")] = [
         statistics.median(
-            timed(lambda: npbert.embed_stages(weights, ids, types)) for _ in range(GROUP)
+            timed(lambda: npbert.embed_stages(weights, ids, single)) for _ in range(GROUP)
         )
         for _ in range(rounds)
     ]
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    torch_time = medians[f"torch BertEmbeddings ({threads} threads)"]
-    copy_time = medians["copy of the output (bandwidth bound)"]
+    medians = {key: statistics.median(values) for key, values in times.items()}
+    torch_name = f"torch BertEmbeddings ({threads} threads)"
+    copy_time = medians[("copy of the output (bandwidth bound)", "")]
     tokens = BATCH * LENGTH
     return [
         (
             name,
+            label,
             f"{seconds * 1e3:.2f} ms",
             f"{tokens / seconds / 1e6:.2f} M tok/s",
-            f"{torch_time / seconds:.2f}x",
+            f"{medians[(torch_name, label)] / seconds:.2f}x" if label else "",
             f"{copy_time / seconds:.0%}",
         )
-        for name, seconds in medians.items()
+        for (name, label), seconds in medians.items()
     ]
 
 
@@ -310,7 +321,11 @@ def main() -> int:
         f"embed, bert-base shape, batch {BATCH} x {LENGTH}, float32, median of "
         f"{args.rounds} interleaved rounds:"
     )
-    print(table(rows, ("contender", "median", "throughput", "vs torch", "of bandwidth bound")))
+    print(
+        table(
+            rows, ("contender", "input", "median", "throughput", "vs torch", "of bandwidth bound")
+        )
+    )
     print()
     print(
         table(
