@@ -71,6 +71,9 @@ def repos(tmp_path_factory, minilm_dir, bert_base_dir):
     (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     for name in ("config.json", "vocab.txt"):
         shutil.copy(TINY / name, sharded)
+    no_config = root / "no-config"
+    no_config.mkdir()
+    shutil.copy(TINY / "model.safetensors", no_config)
     return {
         MINILM: (minilm_dir, {"tags": ["v1.0"]}),
         BASE: (bert_base_dir, {}),
@@ -78,6 +81,7 @@ def repos(tmp_path_factory, minilm_dir, bert_base_dir):
         "test/gated": (TINY, {"gated": True}),
         "test/pickled": (pickled, {}),
         "test/sharded": (sharded, {}),
+        "test/no-config": (no_config, {}),
     }
 
 
@@ -238,6 +242,7 @@ def test_sharded_repo_fetches_only_the_shard_with_the_embeddings(hub, tmp_path):
         ("test/gated", {}, "test/gated is gated or private (401/403)"),
         ("test/pickled", {}, "has only pytorch_model.bin: npbert reads safetensors"),
         ("not a repo!", {}, "is not a valid Hub repo id"),
+        ("test/no-config", {}, "test/no-config: file not found"),
     ],
 )
 def test_hub_errors_are_one_line_with_exit_2(hub, repo, env, message):
