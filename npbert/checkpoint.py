@@ -60,6 +60,11 @@ class EmbeddingWeights:
     def hidden_size(self) -> int:
         return self.word_embeddings.shape[1]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the five tensors as float32."""
+        return sum(getattr(self, name).nbytes for name in TENSOR_NAMES)
+
 
 @dataclass(frozen=True)
 class StoredTensor:

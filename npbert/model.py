@@ -36,6 +36,18 @@ def load_weights(
     return load_checkpoint(directory, source)
 
 
+def validated(weights: EmbeddingWeights, input_ids, token_type_ids, position_ids):
+    """The ids checked against these weights' tables, with defaults filled (npbert.inputs)."""
+    return prepare_ids(
+        input_ids,
+        token_type_ids,
+        position_ids,
+        vocab_size=weights.vocab_size,
+        type_vocab_size=weights.type_vocab_size,
+        max_positions=weights.max_position_embeddings,
+    )
+
+
 def embed_stages(
     weights: EmbeddingWeights,
     input_ids,
@@ -49,13 +61,8 @@ def embed_stages(
     input_ids (L,) or (B, L) int; token_type_ids the same shape (default all 0);
     position_ids (L,) or (B, L) (default 0..L-1). Lookups (..., L, H), output (..., L, H).
     """
-    input_ids, token_type_ids, position_ids = prepare_ids(
-        input_ids,
-        token_type_ids,
-        position_ids,
-        vocab_size=weights.vocab_size,
-        type_vocab_size=weights.type_vocab_size,
-        max_positions=weights.max_position_embeddings,
+    input_ids, token_type_ids, position_ids = validated(
+        weights, input_ids, token_type_ids, position_ids
     )
     return embedding_stages(
         input_ids,
@@ -91,13 +98,8 @@ def embed(
         return embed_stages(weights, input_ids, token_type_ids, position_ids, dtype=dtype)[
             "embeddings"
         ]
-    input_ids, token_type_ids, position_ids = prepare_ids(
-        input_ids,
-        token_type_ids,
-        position_ids,
-        vocab_size=weights.vocab_size,
-        type_vocab_size=weights.type_vocab_size,
-        max_positions=weights.max_position_embeddings,
+    input_ids, token_type_ids, position_ids = validated(
+        weights, input_ids, token_type_ids, position_ids
     )
     batch = np.atleast_2d(input_ids), np.atleast_2d(token_type_ids)  # (B, L) each
     out = np.empty((*batch[0].shape, weights.hidden_size), np.float32)  # (B, L, H)

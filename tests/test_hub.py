@@ -147,16 +147,7 @@ def test_only_the_embedding_tensors_are_downloaded(hub, bert_base_dir, record):
     assert result.returncode == 0, result.stderr
     full = (bert_base_dir / "model.safetensors").stat().st_size
     tensors = npbert.load_weights(bert_base_dir)
-    embedding_bytes = sum(
-        getattr(tensors, k).nbytes
-        for k in (
-            "word_embeddings",
-            "position_embeddings",
-            "token_type_embeddings",
-            "layer_norm_weight",
-            "layer_norm_bias",
-        )
-    )
+    embedding_bytes = tensors.nbytes
     small = sum((bert_base_dir / name).stat().st_size for name in SMALL_FILES)
     header = 8 + int.from_bytes((bert_base_dir / "model.safetensors").read_bytes()[:8], "little")
     assert hub.bytes_sent <= (embedding_bytes + header + small) * 1.05
