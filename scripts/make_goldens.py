@@ -25,15 +25,12 @@ from safetensors.torch import save_file
 from transformers import BertConfig, BertModel, BertTokenizerFast
 from transformers.models.bert.modeling_bert import BertEmbeddings
 
+from npbert.vectors import SEEDS  # the seeds' sentences
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 GOLDEN = ROOT / "tests" / "golden"
 
-SEEDS = [
-    "The quick brown fox jumps over the lazy dog",
-    "I am Sinan",
-    "this is a test sentence",
-]
 QUESTION = "Why are BERT's position embeddings learned?"
 PASSAGE = (
     "The authors of BERT chose learned absolute position embeddings over the fixed "
