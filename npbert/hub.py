@@ -103,7 +103,8 @@ def from_cache(repo_id: str, revision: str | None, full: bool) -> Fetched | None
     for directory in candidates:
         if (directory / WEIGHTS_FILE).is_file() or (directory / INDEX_FILE).is_file():
             size = _weights_size(directory)
-            return Fetched(directory, _source(repo_id, revision, commit, directory), 0, size, True)
+            source = _source(repo_id, revision, commit, partial=directory != snapshot)
+            return Fetched(directory, source, 0, size, True)
     return None
 
 
@@ -120,8 +121,7 @@ def _weights_size(directory: Path) -> int:
     return sum((directory / s).stat().st_size for s in shards if (directory / s).is_file())
 
 
-def _source(repo_id: str, revision: str | None, commit: str, directory: Path) -> dict:
-    partial = directory.parent.parent.name == "npbert"
+def _source(repo_id: str, revision: str | None, commit: str, partial: bool) -> dict:
     return {
         "model": repo_id,
         "revision": revision or "main",
@@ -141,7 +141,7 @@ def download(repo_id: str, revision: str | None, full: bool) -> Fetched:
     files = {s.rfilename for s in HfApi().model_info(repo_id, revision=commit).siblings or []}
     if WEIGHTS_FILE not in files and INDEX_FILE not in files:
         raise no_safetensors(f"{repo_id} at {commit[:12]}", sorted(files))
-    for name in SMALL_FILES[1:]:
+    for name in SMALL_FILES[1:]:  # the tokenizer files there are
         if name in files:
             hf_hub_download(repo_id, name, revision=commit)
     if not full:
@@ -157,7 +157,7 @@ def download(repo_id: str, revision: str | None, full: bool) -> Fetched:
     for name in weights:
         hf_hub_download(repo_id, name, revision=commit)
     size = sum((snapshot / name).stat().st_size for name in weights)
-    return Fetched(snapshot, _source(repo_id, revision, commit, snapshot), size, size, False)
+    return Fetched(snapshot, _source(repo_id, revision, commit, False), size, size, False)
 
 
 def _weights_to_fetch(repo_id: str, commit: str, files: set[str]) -> list[str]:
@@ -184,7 +184,7 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot) -> Fetched:
     target.parent.mkdir(parents=True, exist_ok=True)
     with WeakFileLock(target.parent / f"{commit}.lock"):
         if (target / WEIGHTS_FILE).is_file():  # cached before, or by another process meanwhile
-            source = _source(repo_id, revision, commit, target)
+            source = _source(repo_id, revision, commit, True)
             return Fetched(target, source, 0, _weights_size(target), True)
         building = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{commit}."))
         try:
@@ -195,7 +195,7 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot) -> Fetched:
             building.rename(target)
         finally:
             shutil.rmtree(building, ignore_errors=True)
-    return Fetched(target, _source(repo_id, revision, commit, target), fetched, full_size, False)
+    return Fetched(target, _source(repo_id, revision, commit, True), fetched, full_size, False)
 
 
 def _write_embeddings(repo_id, commit, files, directory: Path) -> tuple[int, int]:
