@@ -129,8 +129,10 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
     ]
     size = min(rows, batch) * width  # tokens in the largest block
 
-    def tile(row: np.ndarray, count: int) -> np.ndarray:
-        return np.tile(row, (count, 1))
+    def tile(rows: np.ndarray, count: int) -> np.ndarray:  # (..., H) -> (count * ..., H)
+        tiled = np.empty((count, *rows.shape), np.float32)
+        tiled[...] = rows  # one broadcast copy; np.tile took 20 times longer on 2-D rows
+        return tiled.reshape(-1, hidden)
 
     gamma, beta = (tile(weights.layer_norm_weight, size), tile(weights.layer_norm_bias, size))
     type_rows = [tile(row, size) for row in weights.token_type_embeddings]  # T x (size, H)
