@@ -108,6 +108,7 @@ def embed(
 
 
 BLOCK = 256  # tokens per block, as measured for bert-base by scripts/bench.py
+RUNS = 16  # token-type runs in a block up to which rows are copied run by run, not gathered
 
 
 def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads) -> None:
@@ -140,16 +141,26 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
     if position_ids.ndim == 1:  # shared by every sequence: (rows * L, H)
         position_rows = tile(weights.position_embeddings[position_ids], min(rows, batch))
 
+    def type_runs(types: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+        """token_type_embeddings[types], (n, H): a slice of a tiled row when the block has
+        one token type, copied run by run when it has a few runs (sentence pairs), else
+        gathered."""
+        starts = [0, *(np.flatnonzero(types[1:] != types[:-1]) + 1)]
+        if len(starts) == 1:
+            return type_rows[types[0]][: len(types)]
+        if len(starts) > RUNS:
+            return np.take(weights.token_type_embeddings, types, 0, out=scratch)
+        for start, stop in zip(starts, [*starts[1:], len(types)], strict=True):
+            scratch[start:stop] = type_rows[types[start]][: stop - start]
+        return scratch
+
     def work(share: list[tuple[slice, slice]]) -> None:
         scratch = np.empty((2, size, hidden), np.float32)
         for block_rows, block_columns in share:
             block = out[block_rows, block_columns].reshape(-1, hidden)  # a view: (n, H)
             n = len(block)
             types = token_type_ids[block_rows, block_columns].reshape(-1)  # (n,)
-            if (types == types[0]).all():
-                token_types = type_rows[types[0]][:n]
-            else:
-                token_types = np.take(weights.token_type_embeddings, types, 0, out=scratch[0, :n])
+            token_types = type_runs(types, scratch[0, :n])
             if position_rows is not None:
                 positions = position_rows[block_columns.start : block_columns.start + n]
             else:

@@ -81,3 +81,26 @@ def test_float32_weights_are_memory_mapped_not_copied(models):
         base = base.base
     assert isinstance(base, mmap.mmap)
     assert not word.flags.writeable
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batch=st.integers(1, 6),
+    length=st.integers(2, 300),
+    runs=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_token_types_in_runs_take_every_path_and_stay_bit_identical(
+    models, batch, length, runs, seed
+):
+    # One type per block, a few runs (sentence pairs), or many: each has its own code path.
+    rng = np.random.default_rng(seed)
+    weights = models["minilm"]
+    ids = rng.integers(0, weights.vocab_size, (batch, length))
+    cuts = np.sort(rng.choice(np.arange(1, length), min(runs, length) - 1, replace=False))
+    types = np.zeros((batch, length), np.int64)
+    for i, cut in enumerate(cuts):
+        types[:, cut:] = (i + 1) % 2
+    np.testing.assert_array_equal(
+        npbert.embed(weights, ids, types), npbert.embed_stages(weights, ids, types)["embeddings"]
+    )
