@@ -39,8 +39,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line, like every other npbert error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="npbert", description="BERT's embedding layer in NumPy.")
+    parser = Parser(prog="npbert", description="BERT's embedding layer in NumPy.")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     embed = commands.add_parser("embed", help="embed texts or ids")
