@@ -70,6 +70,7 @@ class StageResult:
     max_abs: float = float("inf")
     max_rel: float = float("inf")
     max_abs_float32: float = float("inf")  # against npbert's float32 output
+    max_rel_float32: float = float("inf")
     ok: bool = False
     worst: dict = field(default_factory=dict)  # index, candidate, reference, npbert_float32
 
@@ -89,25 +90,34 @@ def _align(candidate: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
     return None
 
 
+def _errors(candidate: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, float]:
+    """(|candidate - expected| with NaN as infinitely wrong, the max error relative to
+    |expected|)."""
+    error = np.abs(candidate - expected)
+    error[np.isnan(error)] = np.inf
+    scale = np.abs(expected)
+    relative = np.divide(error, scale, out=np.full_like(error, np.inf), where=scale > 0)
+    relative[error == 0] = 0.0
+    return error, float(relative.max())
+
+
 def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> StageResult:
     expected = _align(candidate, reference64)
     if expected is None:
         return StageResult(name, False, (candidate.shape, reference64.shape))
     expected32 = np.broadcast_to(reference32, candidate.shape)
-    error = np.abs(candidate - expected)
-    error[np.isnan(error)] = np.inf  # NaN in the candidate is as wrong as it gets
+    error, max_rel = _errors(candidate, expected)
+    error32, max_rel32 = _errors(candidate, expected32)
     worst = np.unravel_index(np.argmax(error), error.shape)
-    scale = np.abs(expected)
-    relative = np.divide(error, scale, out=np.full_like(error, np.inf), where=scale > 0)
-    relative[(error == 0)] = 0.0
     return StageResult(
         name=name,
         shape_ok=True,
         shapes=(candidate.shape, candidate.shape),
         max_abs=float(error.max()),
-        max_rel=float(relative.max()),
-        max_abs_float32=float(np.nanmax(np.abs(candidate - expected32))),
-        ok=bool((error <= atol + rtol * scale).all()),
+        max_rel=max_rel,
+        max_abs_float32=float(error32.max()),
+        max_rel_float32=max_rel32,
+        ok=bool((error <= atol + rtol * np.abs(expected)).all()),
         worst={
             "index": [int(i) for i in worst],
             "candidate": float(candidate[worst]),
@@ -173,6 +183,7 @@ def _stage_dict(stage: StageResult) -> dict:
         "max_abs": stage.max_abs,
         "max_rel": stage.max_rel,
         "max_abs_vs_npbert_float32": stage.max_abs_float32,
+        "max_rel_vs_npbert_float32": stage.max_rel_float32,
         "worst": stage.worst,
     }
 
