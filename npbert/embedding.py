@@ -79,13 +79,23 @@ def embed_block(
     beta: np.ndarray,  # (H,), or tiled to (n, H)
     eps: float,
     scratch: np.ndarray,  # (n, H) float32, overwritten (it may hold position_rows)
+    row_stats: np.ndarray,  # (n, 1) float32, overwritten
 ) -> None:
-    """The layer for a block of n tokens, float32, into `out`."""
+    """The layer for a block of n tokens, float32, into `out`.
+
+    x.mean(-1) is spelled add.reduce then divide, which is what NumPy's mean does, without its
+    Python wrapper: threads wait for each other there, holding the GIL.
+    """
+    hidden = out.shape[-1]
     np.take(word_embeddings, input_ids, axis=0, out=out)  # word, (n, H)
     out += token_type_rows  # word + token_type
     out += position_rows  # + position: the sum
-    out -= out.mean(axis=-1, keepdims=True)  # centered
-    variance = np.multiply(out, out, out=scratch).mean(axis=-1, keepdims=True)  # (n, 1)
-    out /= np.sqrt(variance + eps)  # normalized
+    mean = np.add.reduce(out, axis=-1, keepdims=True, out=row_stats)
+    mean /= hidden  # (n, 1)
+    out -= mean  # centered
+    variance = np.add.reduce(np.multiply(out, out, out=scratch), -1, keepdims=True, out=mean)
+    variance /= hidden  # (n, 1)
+    variance += eps
+    out /= np.sqrt(variance, out=variance)  # normalized
     out *= gamma
     out += beta  # embeddings, (n, H)

@@ -141,10 +141,15 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
     if position_ids.ndim == 1:  # shared by every sequence: (rows * L, H)
         position_rows = tile(weights.position_embeddings[position_ids], min(rows, batch))
 
+    first_type = token_type_ids.flat[0]
+    one_type = bool((token_type_ids == first_type).all())  # single sentences: no check per block
+
     def type_runs(types: np.ndarray, scratch: np.ndarray) -> np.ndarray:
         """token_type_embeddings[types], (n, H): a slice of a tiled row when the block has
         one token type, copied run by run when it has a few runs (sentence pairs), else
         gathered."""
+        if one_type:
+            return type_rows[first_type][: len(types)]
         starts = [0, *(np.flatnonzero(types[1:] != types[:-1]) + 1)]
         if len(starts) == 1:
             return type_rows[types[0]][: len(types)]
@@ -156,6 +161,7 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
 
     def work(share: list[tuple[slice, slice]]) -> None:
         scratch = np.empty((2, size, hidden), np.float32)
+        row_stats = np.empty((size, 1), np.float32)
         for block_rows, block_columns in share:
             block = out[block_rows, block_columns].reshape(-1, hidden)  # a view: (n, H)
             n = len(block)
@@ -176,6 +182,7 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
                 beta[:n],
                 weights.layer_norm_eps,
                 scratch[1, :n],
+                row_stats[:n],
             )
 
     threads = min(threads or os.cpu_count() or 1, len(blocks))
