@@ -73,7 +73,8 @@ def embed_block(
     out: np.ndarray,  # (n, H) float32, written in place
     input_ids: np.ndarray,  # (n,) int
     word_embeddings: np.ndarray,  # (V, H)
-    token_type_rows: np.ndarray,  # (n, H): token_type_embeddings[token_type_ids], looked up
+    token_type_runs: list,  # [(start, stop, rows)]: token_type_embeddings[token_type_ids]
+    # looked up, run by run; rows (stop - start, H)
     position_rows: np.ndarray,  # (n, H): position_embeddings[position_ids], looked up
     gamma: np.ndarray,  # (H,), or tiled to (n, H)
     beta: np.ndarray,  # (H,), or tiled to (n, H)
@@ -88,7 +89,8 @@ def embed_block(
     """
     hidden = out.shape[-1]
     np.take(word_embeddings, input_ids, axis=0, out=out)  # word, (n, H)
-    out += token_type_rows  # word + token_type
+    for start, stop, rows in token_type_runs:
+        out[start:stop] += rows  # word + token_type
     out += position_rows  # + position: the sum
     mean = np.add.reduce(out, axis=-1, keepdims=True, out=row_stats)
     mean /= hidden  # (n, 1)

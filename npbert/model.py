@@ -108,7 +108,7 @@ def embed(
 
 
 BLOCK = 256  # tokens per block, as measured for bert-base by scripts/bench.py
-RUNS = 16  # token-type runs in a block up to which rows are copied run by run, not gathered
+RUNS = 16  # token-type runs in a block up to which rows are added run by run, not gathered
 
 
 def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads) -> None:
@@ -144,20 +144,17 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
     first_type = token_type_ids.flat[0]
     one_type = bool((token_type_ids == first_type).all())  # single sentences: no check per block
 
-    def type_runs(types: np.ndarray, scratch: np.ndarray) -> np.ndarray:
-        """token_type_embeddings[types], (n, H): a slice of a tiled row when the block has
-        one token type, copied run by run when it has a few runs (sentence pairs), else
-        gathered."""
+    def type_runs(types: np.ndarray, scratch: np.ndarray) -> list:
+        """token_type_embeddings[types] as [(start, stop, rows)]: slices of tiled rows, one
+        per run of one token type (one run for a single sentence, two per pair), or gathered
+        when the runs are many."""
         if one_type:
-            return type_rows[first_type][: len(types)]
+            return [(0, len(types), type_rows[first_type][: len(types)])]
         starts = [0, *(np.flatnonzero(types[1:] != types[:-1]) + 1)]
-        if len(starts) == 1:
-            return type_rows[types[0]][: len(types)]
         if len(starts) > RUNS:
-            return np.take(weights.token_type_embeddings, types, 0, out=scratch)
-        for start, stop in zip(starts, [*starts[1:], len(types)], strict=True):
-            scratch[start:stop] = type_rows[types[start]][: stop - start]
-        return scratch
+            return [(0, len(types), np.take(weights.token_type_embeddings, types, 0, out=scratch))]
+        stops = [*starts[1:], len(types)]
+        return [(a, b, type_rows[types[a]][: b - a]) for a, b in zip(starts, stops, strict=True)]
 
     def work(share: list[tuple[slice, slice]]) -> None:
         scratch = np.empty((2, size, hidden), np.float32)
