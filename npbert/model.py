@@ -156,7 +156,7 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
         stops = [*starts[1:], len(types)]
         return [(a, b, type_rows[types[a]][: b - a]) for a, b in zip(starts, stops, strict=True)]
 
-    def work(share: list[tuple[slice, slice]]) -> None:
+    def work(share) -> None:  # takes blocks from `share` until there are none left
         scratch = np.empty((2, size, hidden), np.float32)
         row_stats = np.empty((size, 1), np.float32)
         for block_rows, block_columns in share:
@@ -183,11 +183,14 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
             )
 
     threads = min(threads or os.cpu_count() or 1, len(blocks))
-    shares = [blocks[i::threads] for i in range(threads)]
+    # One iterator shared by the threads: each takes the next block when it is free, so a
+    # core slowed by something else holds up no share of fixed size. (next() on a list
+    # iterator is atomic under the GIL.)
+    share = iter(blocks)
     if threads == 1:
-        work(shares[0])
+        work(share)
         return
-    list(thread_pool(threads).map(work, shares))
+    list(thread_pool(threads).map(work, [share] * threads))
 
 
 @functools.cache
