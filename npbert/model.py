@@ -1,16 +1,14 @@
 """npbert's public API: load the weights, embed ids, or embed text with an Embedder."""
 
-import functools
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from npbert.checkpoint import EmbeddingWeights, load_checkpoint
-from npbert.embedding import embed_block, embedding_stages
+from npbert.embedding import embedding_stages
 from npbert.errors import InputError
+from npbert.fast import run_blocks
 from npbert.inputs import prepare_ids
 
 
@@ -105,99 +103,6 @@ def embed(
     out = np.empty((*batch[0].shape, weights.hidden_size), np.float32)  # (B, L, H)
     run_blocks(weights, out, *batch, position_ids, threads=threads)
     return out.reshape(*input_ids.shape, weights.hidden_size)
-
-
-BLOCK = 256  # tokens per block, as measured for bert-base by scripts/bench.py
-RUNS = 16  # token-type runs in a block up to which rows are added run by run, not gathered
-
-
-def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads) -> None:
-    """embed_block over blocks of whole rows (or of one row's columns, past BLOCK tokens),
-    dealt out to threads. NumPy releases the GIL inside take and the ufuncs, so Python threads
-    run in parallel.
-
-    What does not change from block to block is looked up or tiled once per call instead of
-    gathered per token: the position rows when every sequence has the same position_ids (the
-    default), a token type's row for a block of one token type, gamma and beta. Adding a tiled
-    row is the same arithmetic as adding a gathered one, only faster.
-    """
-    batch, length, hidden = out.shape
-    rows, width = max(1, BLOCK // length), min(length, BLOCK)  # a block: rows x width tokens
-    blocks = [
-        (slice(r, r + rows), slice(c, c + width))
-        for r in range(0, batch, rows)
-        for c in range(0, length, width)
-    ]
-    size = min(rows, batch) * width  # tokens in the largest block
-
-    def tile(rows: np.ndarray, count: int) -> np.ndarray:  # (..., H) -> (count * ..., H)
-        tiled = np.empty((count, *rows.shape), np.float32)
-        tiled[...] = rows  # one broadcast copy; np.tile took 20 times longer on 2-D rows
-        return tiled.reshape(-1, hidden)
-
-    gamma, beta = (tile(weights.layer_norm_weight, size), tile(weights.layer_norm_bias, size))
-    type_rows = [tile(row, size) for row in weights.token_type_embeddings]  # T x (size, H)
-    position_rows = None
-    if position_ids.ndim == 1:  # shared by every sequence: (rows * L, H)
-        position_rows = tile(weights.position_embeddings[position_ids], min(rows, batch))
-
-    first_type = token_type_ids.flat[0]
-    one_type = bool((token_type_ids == first_type).all())  # single sentences: no check per block
-
-    def type_runs(types: np.ndarray, scratch: np.ndarray) -> list:
-        """token_type_embeddings[types] as [(start, stop, rows)]: slices of tiled rows, one
-        per run of one token type (one run for a single sentence, two per pair), or gathered
-        when the runs are many."""
-        if one_type:
-            return [(0, len(types), type_rows[first_type][: len(types)])]
-        starts = [0, *(np.flatnonzero(types[1:] != types[:-1]) + 1)]
-        if len(starts) > RUNS:
-            return [(0, len(types), np.take(weights.token_type_embeddings, types, 0, out=scratch))]
-        stops = [*starts[1:], len(types)]
-        return [(a, b, type_rows[types[a]][: b - a]) for a, b in zip(starts, stops, strict=True)]
-
-    def work(share) -> None:  # takes blocks from `share` until there are none left
-        scratch = np.empty((2, size, hidden), np.float32)
-        row_stats = np.empty((size, 1), np.float32)
-        for block_rows, block_columns in share:
-            block = out[block_rows, block_columns].reshape(-1, hidden)  # a view: (n, H)
-            n = len(block)
-            types = token_type_ids[block_rows, block_columns].reshape(-1)  # (n,)
-            token_types = type_runs(types, scratch[0, :n])
-            if position_rows is not None:
-                positions = position_rows[block_columns.start : block_columns.start + n]
-            else:
-                ids = position_ids[block_rows, block_columns].reshape(-1)
-                positions = np.take(weights.position_embeddings, ids, 0, out=scratch[1, :n])
-            embed_block(
-                block,
-                input_ids[block_rows, block_columns].reshape(-1),
-                weights.word_embeddings,
-                token_types,
-                positions,
-                gamma[:n],
-                beta[:n],
-                weights.layer_norm_eps,
-                scratch[1, :n],
-                row_stats[:n],
-            )
-
-    threads = min(threads or os.cpu_count() or 1, len(blocks))
-    # One iterator shared by the threads: each takes the next block when it is free, so a
-    # core slowed by something else holds up no share of fixed size. (next() on a list
-    # iterator is atomic under the GIL.)
-    share = iter(blocks)
-    if threads == 1:
-        work(share)
-        return
-    list(thread_pool(threads).map(work, [share] * threads))
-
-
-@functools.cache
-def thread_pool(threads: int) -> ThreadPoolExecutor:
-    """One pool per thread count, kept for the process: starting threads on every call cost
-    about a fifth of a bert-base batch (scripts/bench.py)."""
-    return ThreadPoolExecutor(threads, thread_name_prefix="npbert")
 
 
 @dataclass(frozen=True, eq=False)
