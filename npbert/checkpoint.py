@@ -96,16 +96,17 @@ def read_config(directory: Path) -> dict:
     return config
 
 
-def weight_files(directory: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file holding it (one file, or shards from the index)."""
+def weight_files(directory: Path) -> tuple[dict[str, Path], dict[Path, tuple]]:
+    """(tensor name -> the safetensors file holding it, file -> _header of the files parsed
+    so far): one model.safetensors, or shards named by the index and not opened yet."""
     single = directory / WEIGHTS_FILE
     index = directory / INDEX_FILE
     if single.is_file():
-        with _open(single) as f:
-            return dict.fromkeys(f.keys(), single)
+        header = _header(single)
+        return dict.fromkeys(header[1], single), {single: header}
     if index.is_file():
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        return {name: directory / shard for name, shard in weight_map.items()}
+        return {name: directory / shard for name, shard in weight_map.items()}, {}
     raise no_safetensors(str(directory), [p.name for p in directory.iterdir()])
 
 
@@ -141,9 +142,10 @@ def embedding_tensor_names(names, where: str) -> dict[str, str]:
 
 def find_embedding_tensors(directory: Path) -> dict[str, StoredTensor]:
     """EmbeddingWeights field -> StoredTensor for a local checkpoint directory."""
-    files = weight_files(directory)
+    files, headers = weight_files(directory)
     names = embedding_tensor_names(files, str(directory))
-    headers = {path: _header(path) for path in {files[name] for name in names.values()}}
+    for path in {files[name] for name in names.values()} - headers.keys():  # shards only
+        headers[path] = _header(path)
     return {key: _describe(files[name], name, *headers[files[name]]) for key, name in names.items()}
 
 
