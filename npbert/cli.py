@@ -5,9 +5,7 @@ Bad input exits 2 with one line naming what is wrong; a traceback is a bug.
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -301,17 +299,12 @@ def save(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> int:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(f"--out {path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if path.suffix == ".npz":
-                np.savez(f, **arrays, metadata=np.array(json.dumps(meta)))
-            else:
-                np.save(f, arrays["embeddings"])
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from npbert.stream import write_atomically
+
+    if path.suffix == ".npz":
+        write_atomically(path, lambda f: np.savez(f, **arrays, metadata=np.array(json.dumps(meta))))
+    else:
+        write_atomically(path, lambda f: np.save(f, arrays["embeddings"]))
     shape = arrays["embeddings"].shape
     print(f"wrote {path}: embeddings {shape} {arrays['embeddings'].dtype}")
     return 0
