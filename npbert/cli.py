@@ -299,7 +299,7 @@ def save(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> int:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(f"--out {path}: directory {directory} does not exist")
-    from npbert.stream import write_atomically
+    from npbert.atomic import write_atomically
 
     if path.suffix == ".npz":
         write_atomically(path, lambda f: np.savez(f, **arrays, metadata=np.array(json.dumps(meta))))

@@ -21,13 +21,13 @@ import json
 import shutil
 import struct
 import sys
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from npbert.atomic import building_directory
 from npbert.checkpoint import INDEX_FILE, WEIGHTS_FILE, embedding_tensor_names, no_safetensors
 from npbert.errors import InputError
 
@@ -186,15 +186,11 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot) -> Fetched:
         if (target / WEIGHTS_FILE).is_file():  # cached before, or by another process meanwhile
             source = _source(repo_id, revision, commit, True)
             return Fetched(target, source, 0, _weights_size(target), True)
-        building = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{commit}."))
-        try:
+        with building_directory(target) as building:
             fetched, full_size = _write_embeddings(repo_id, commit, files, building)
             for name in SMALL_FILES:
                 if (snapshot / name).is_file():
                     shutil.copyfile(snapshot / name, building / name)
-            building.rename(target)
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
     return Fetched(target, _source(repo_id, revision, commit, True), fetched, full_size, False)
 
 

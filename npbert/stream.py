@@ -18,15 +18,14 @@ way after each one, so an interrupted run leaves only complete shards that the i
 
 import itertools
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from npbert.atomic import write_atomically
 from npbert.errors import InputError
 from npbert.model import Embedder, embed
 from npbert.tokenize import tokenize_batch
@@ -140,18 +139,6 @@ def embed_window(window: list, embedder: Embedder, batch_size: int) -> dict[str,
         ".input_ids": input_ids,
         ".token_type_ids": token_type_ids,
     }
-
-
-def write_atomically(path: Path, write) -> None:
-    """write(file object) to a temporary file beside `path`, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def write_index(directory: Path, index: dict) -> None:

@@ -4,12 +4,11 @@ checkpoint's sha256."""
 
 import hashlib
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from npbert.atomic import building_directory
 from npbert.checkpoint import find_embedding_tensors
 from npbert.embedding import STAGES
 from npbert.errors import InputError
@@ -138,15 +137,11 @@ def write_vectors(embedder: Embedder, directory: Path, checkpoint: Path) -> dict
         "stages": STAGE_MEANING,
         "cases": {},
     }
-    building = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
-    try:
+    with building_directory(directory) as building:
         for name, case in cases(embedder).items():
             manifest["cases"][name] = _write_case(weights, building / name, case)
         (building / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         (building / "FORMAT.md").write_text(FORMAT)
-        building.rename(directory)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
     return manifest
 
 
