@@ -190,7 +190,7 @@ def run_embed(args) -> int:
     from npbert.model import embed, embed_stages
 
     if args.input is not None:
-        return embed_corpus(args)
+        return run_embed_corpus(args)
 
     if args.stages and (args.out is None or args.out.suffix != ".npz"):
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
@@ -210,7 +210,7 @@ def run_embed(args) -> int:
     return 0
 
 
-def embed_corpus(args) -> int:
+def run_embed_corpus(args) -> int:
     from npbert.model import Embedder
     from npbert.stream import embed_corpus
 

@@ -78,10 +78,8 @@ class StageResult:
 def _align(candidate: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
     """expected broadcast to the candidate's shape (a missing batch axis of 1, positions shared
     across the batch), or None when the shapes disagree."""
-    squeezed = candidate.reshape(candidate.shape[1:]) if candidate.shape[:1] == (1,) else None
-    for shape in (candidate.shape, None if squeezed is None else squeezed.shape):
-        if shape is None:
-            continue
+    shapes = [candidate.shape, *([candidate.shape[1:]] if candidate.shape[:1] == (1,) else [])]
+    for shape in shapes:
         try:
             if np.broadcast_shapes(expected.shape, shape) == shape:
                 return np.broadcast_to(expected, candidate.shape)
