@@ -45,7 +45,7 @@ def token_type_runs(types: np.ndarray, tiled: list, table: np.ndarray, scratch) 
     many. types (n,) int; tiled: one (>= n, H) tile per type; scratch (n, H)."""
     starts = [0, *(np.flatnonzero(types[1:] != types[:-1]) + 1)]
     if len(starts) > RUNS:
-        return [(0, len(types), np.take(table, types, 0, out=scratch))]
+        return [(0, len(types), np.take(table, types, 0, out=scratch, mode="clip"))]
     stops = [*starts[1:], len(types)]
     return [(a, b, tiled[types[a]][: b - a]) for a, b in zip(starts, stops, strict=True)]
 
@@ -81,7 +81,9 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
                 positions = position_rows[block_columns.start : block_columns.start + n]
             else:
                 ids = position_ids[block_rows, block_columns].reshape(-1)
-                positions = np.take(weights.position_embeddings, ids, 0, out=scratch[1, :n])
+                positions = np.take(
+                    weights.position_embeddings, ids, 0, out=scratch[1, :n], mode="clip"
+                )
             embed_block(
                 block,
                 input_ids[block_rows, block_columns].reshape(-1),
