@@ -43,6 +43,7 @@ class EmbeddingWeights:
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
     source: dict = field(default_factory=dict)  # where these came from: model, revision, sha256
+    files: tuple[Path, ...] = ()  # the safetensors files the tensors were read from
 
     @property
     def vocab_size(self) -> int:
@@ -241,4 +242,5 @@ def load_checkpoint(directory: Path, source: dict | None = None) -> EmbeddingWei
         layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
         pad_token_id=int(config.get("pad_token_id") or 0),
         source=dict(source or {"model": str(directory)}),
+        files=tuple(sorted({stored.file for stored in tensors.values()})),
     )

@@ -256,14 +256,11 @@ def run_compare(args) -> int:
 
 
 def run_vectors(args) -> int:
-    from npbert.checkpoint import load_checkpoint
-    from npbert.model import Embedder, resolve
-    from npbert.tokenize import load_tokenizer
+    from npbert.model import Embedder
     from npbert.vectors import write_vectors
 
-    directory, source = resolve(args.model, revision=args.revision, full=args.full)
-    embedder = Embedder(load_checkpoint(directory, source), load_tokenizer(directory))
-    manifest = write_vectors(embedder, args.out, directory)
+    embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
+    manifest = write_vectors(embedder, args.out)
     print(f"wrote {len(manifest['cases'])} cases to {args.out} (manifest.json, FORMAT.md)")
     return 0
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from npbert.atomic import building_directory
-from npbert.checkpoint import find_embedding_tensors
 from npbert.embedding import STAGES
 from npbert.errors import InputError
 from npbert.model import Embedder, embed_stages
@@ -120,18 +119,17 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_vectors(embedder: Embedder, directory: Path, checkpoint: Path) -> dict:
+def write_vectors(embedder: Embedder, directory: Path) -> dict:
     """Write every case to `directory` (built under a temporary name, then renamed)."""
     if directory.exists():
         raise InputError(f"--out {directory} exists: give a new directory")
     if not directory.parent.is_dir():
         raise InputError(f"--out {directory}: directory {directory.parent} does not exist")
-    files = sorted({stored.file for stored in find_embedding_tensors(checkpoint).values()})
     weights = embedder.weights
     manifest = {
         "format": "npbert conformance vectors, version 1 (FORMAT.md)",
         "model": weights.source,
-        "weights_sha256": {path.name: sha256(path) for path in files},
+        "weights_sha256": {path.name: sha256(path) for path in weights.files},
         "layer_norm_eps": weights.layer_norm_eps,
         "tolerance": TOLERANCE,
         "stages": STAGE_MEANING,

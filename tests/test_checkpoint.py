@@ -86,7 +86,9 @@ def test_sharded_checkpoint_opens_only_the_needed_shards(tmp_path, reference):
     weight_map = {k: "model-00001-of-00002.safetensors" for k in embeddings}
     weight_map.update({k: "model-00002-of-00002.safetensors" for k in encoder})
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    assert_same_weights(npbert.load_weights(tmp_path), reference)
+    weights = npbert.load_weights(tmp_path)
+    assert_same_weights(weights, reference)
+    assert weights.files == (tmp_path / "model-00001-of-00002.safetensors",)
 
 
 @pytest.mark.parametrize("variant", ["tiny-bert-fp16", "tiny-bert-bf16"])
