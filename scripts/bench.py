@@ -169,28 +169,34 @@ if sys.argv[2] == "embed":
     ids = np.random.default_rng(1).integers(0, weights.vocab_size, (32, 128))
     npbert.embed(weights, ids)
 status = open("/proc/self/status").read()
-print(int(status.split("VmHWM:")[1].split()[0]) * 1024)
+print(*(int(status.split(f"{field}:")[1].split()[0]) * 1024 for field in sys.argv[3:]))
 """
 
 
-def peak_rss(directory: Path) -> tuple[int, int, int, int]:
-    """Peak RSS of processes that (load and embed a batch, load only, only import), and the
-    embedding tensors' bytes."""
+def peak_rss(directory: Path) -> dict[str, int]:
+    """Peak RSS of processes that load and embed a batch (with its anonymous and file-backed
+    parts at the end), load only, or only import; and the embedding tensors' bytes."""
 
-    def run(mode):
+    def run(mode, *fields):
         out = subprocess.run(
-            [sys.executable, "-c", PEAK_RSS, str(directory), mode],
+            [sys.executable, "-c", PEAK_RSS, str(directory), mode, *fields],
             capture_output=True,
             text=True,
             check=True,
         ).stdout
-        return int(out)
+        return [int(value) for value in out.split()]
 
     import npbert
 
-    weights = npbert.load_weights(directory)
-    tensor_bytes = weights.nbytes
-    return run("embed"), run("load"), run("imports"), tensor_bytes
+    peak, anonymous, file_backed = run("embed", "VmHWM", "RssAnon", "RssFile")
+    return {
+        "peak": peak,
+        "anonymous": anonymous,
+        "file": file_backed,
+        "loaded": run("load", "VmHWM")[0],
+        "imports": run("imports", "VmHWM")[0],
+        "tensors": npbert.load_weights(directory).nbytes,
+    }
 
 
 TRANSFORMERS_COLD = """
@@ -253,6 +259,18 @@ def end_to_end(model: Path, texts: list[str], rounds: int, batch: int = 64) -> f
     return tokens / seconds
 
 
+def rss_row(rss: dict[str, int]) -> tuple[str, str, str]:
+    mib = {key: f"{value / 2**20:.0f} MiB" for key, value in rss.items()}
+    return (
+        "peak RSS, load bert-base-shaped weights + embed a batch",
+        mib["peak"],
+        f"{rss['peak'] / rss['tensors']:.2f}x the embedding tensors ({mib['tensors']}); above "
+        f"the interpreter and its imports ({mib['imports']}): "
+        f"{(rss['peak'] - rss['imports']) / rss['tensors']:.2f}x; load alone {mib['loaded']}; "
+        f"at the end {mib['anonymous']} anonymous + {mib['file']} mapped file pages",
+    )
+
+
 def table(rows: list[tuple], header: tuple) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
@@ -303,7 +321,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         directory = bert_base_checkpoint(Path(tmp))
         rows = throughput(directory, args.rounds, threads)
-        peak, loaded, imports, tensor_bytes = peak_rss(directory)
+        rss = peak_rss(directory)
     npbert_cold, transformers_cold = cold_start(minilm, args.cold_runs)
     e2e = end_to_end(minilm, corpus(args.sentences), max(3, args.rounds // 10))
     print(f"machine: {machine()}")
@@ -321,14 +339,7 @@ def main() -> int:
     print(
         table(
             [
-                (
-                    "peak RSS, load bert-base-shaped weights + embed a batch",
-                    f"{peak / 2**20:.0f} MiB",
-                    f"{peak / tensor_bytes:.2f}x the embedding tensors "
-                    f"({tensor_bytes / 2**20:.0f} MiB); above the interpreter and its imports "
-                    f"({imports / 2**20:.0f} MiB): {(peak - imports) / tensor_bytes:.2f}x; "
-                    f"load alone {loaded / 2**20:.0f} MiB",
-                ),
+                rss_row(rss),
                 (
                     'cold start, `npbert embed "I am Sinan"` (all-MiniLM-L6-v2, local)',
                     f"{npbert_cold:.2f} s",
