@@ -129,10 +129,13 @@ def throughput(directory: Path, rounds: int, threads: int) -> list[tuple]:
     times = {key: [] for key in contenders}
     for function in contenders.values():  # warm up: page in the weights, start the pools
         function()
-    # Each round runs every contender GROUP times in a row and keeps the median: torch's
-    # OpenMP threads spin for a while after each call, which would slow whatever ran next.
+    # Each round runs every contender once untimed, then GROUP times in a row, and keeps the
+    # median: torch's OpenMP threads spin for a while after each call, and the first call
+    # after a switch paid for it (npbert's 11.5 ms against 6 ms steady, torch's 7.1 against
+    # 5.6 after npbert's), which is not the steady state of a pipeline.
     for _ in range(rounds):
         for key, function in contenders.items():
+            function()
             times[key].append(statistics.median(timed(function) for _ in range(GROUP)))
     # The readable version runs last, on its own: its output-sized temporaries, freed and
     # returned to the OS, made torch's next calls three times slower when interleaved.
