@@ -5,7 +5,8 @@ embedding_stages, so the result is bit-identical. This module decides what goes 
 block. What does not change from block to block is looked up or tiled once per call instead
 of gathered per token: the position rows when every sequence has the same position_ids (the
 default), a token type's row for a run of one token type, gamma and beta. Adding a tiled row
-is the same arithmetic as adding a gathered one, only faster.
+is the same arithmetic as adding a gathered one, only faster. Lookups here take
+mode="clip" for the reason given in embed_block: the ids are checked before they get here.
 """
 
 import functools
