@@ -8,7 +8,7 @@ import numpy as np
 from npbert.checkpoint import EmbeddingWeights, load_checkpoint
 from npbert.embedding import embedding_stages
 from npbert.errors import InputError
-from npbert.fast import run_blocks
+from npbert.fast import empty, run_blocks
 from npbert.inputs import prepare_ids
 
 
@@ -100,7 +100,7 @@ def embed(
         weights, input_ids, token_type_ids, position_ids
     )
     batch = np.atleast_2d(input_ids), np.atleast_2d(token_type_ids)  # (B, L) each
-    out = np.empty((*batch[0].shape, weights.hidden_size), np.float32)  # (B, L, H)
+    out = empty((*batch[0].shape, weights.hidden_size), weights.word_embeddings)  # (B, L, H)
     run_blocks(weights, out, *batch, position_ids, threads=threads)
     return out.reshape(*input_ids.shape, weights.hidden_size)
 

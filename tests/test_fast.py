@@ -83,6 +83,16 @@ def test_float32_weights_are_memory_mapped_not_copied(models):
     assert not word.flags.writeable
 
 
+def test_the_output_sits_at_the_word_tables_offset_in_a_page(models):
+    # So the lookup's copies never write just past where they read (npbert.fast.empty).
+    weights = models["minilm"]
+    for shape in [(7,), (3, 100), (40, 128)]:
+        out = npbert.embed(weights, np.ones(shape, np.int64))
+        assert out.shape == (*shape, weights.hidden_size) and out.dtype == np.float32
+        assert out.flags.c_contiguous
+        assert out.ctypes.data % 4096 == weights.word_embeddings.ctypes.data % 4096
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     batch=st.integers(1, 6),
