@@ -9,6 +9,7 @@ is the same arithmetic as adding a gathered one, only faster. Lookups here take
 mode="clip" for the reason given in embed_block: the ids are checked before they get here.
 """
 
+import bisect
 import functools
 import math
 import os
@@ -46,27 +47,31 @@ def tile(row: np.ndarray, count: int) -> np.ndarray:
     return tiled
 
 
-def plan_blocks(batch: int, length: int) -> tuple[list[tuple[slice, slice]], int, int]:
-    """Blocks of whole rows, or of one row's columns past BLOCK tokens, as (rows, columns)
-    slices of a (batch, length) input; and the rows and columns of the largest block."""
-    rows, width = min(max(1, BLOCK // length), batch), min(length, BLOCK)
-    blocks = [
-        (slice(r, r + rows), slice(c, c + width))
-        for r in range(0, batch, rows)
-        for c in range(0, length, width)
-    ]
-    return blocks, rows, width
+def plan_blocks(batch: int, length: int) -> list[tuple[int, int]]:
+    """Blocks as (start, stop) ranges of the batch's B * L tokens in order: as many whole
+    sequences as fit in BLOCK tokens, or BLOCK-token pieces of a sequence longer than that."""
+    if length > BLOCK:
+        return [
+            (r * length + c, r * length + min(c + BLOCK, length))
+            for r in range(batch)
+            for c in range(0, length, BLOCK)
+        ]
+    step = min(BLOCK // length, batch) * length
+    return [(s, min(s + step, batch * length)) for s in range(0, batch * length, step)]
 
 
-def token_type_runs(types: np.ndarray, tiled: dict, table: np.ndarray, scratch) -> list:
-    """table[types] as [(start, stop, rows)]: slices of the tiled rows, one per run of one
-    token type (one run for a single sentence, two per pair), or gathered when the runs are
-    many. types (n,) int; tiled: type -> (>= n, H) tile of its row; scratch (n, H)."""
-    starts = [0, *(np.flatnonzero(types[1:] != types[:-1]) + 1)]
-    if len(starts) > RUNS:
-        return [(0, len(types), np.take(table, types, 0, out=scratch, mode="clip"))]
-    stops = [*starts[1:], len(types)]
-    return [(a, b, tiled[types[a]][: b - a]) for a, b in zip(starts, stops, strict=True)]
+def token_type_runs(types: np.ndarray, blocks: list) -> list:
+    """Each block's runs of one token type, as [(start, stop, type)] within the block (one
+    run for single sentences, two per pair), or None past RUNS runs: then its rows are
+    gathered. types (B * L,) int. Where the type changes is found once for the batch."""
+    changes = (np.flatnonzero(types[1:] != types[:-1]) + 1).tolist()  # sorted
+    runs = []
+    for start, stop in blocks:
+        inside = changes[bisect.bisect_right(changes, start) : bisect.bisect_left(changes, stop)]
+        starts, stops = [start, *inside], [*inside, stop]
+        pieces = [(a - start, b - start, int(types[a])) for a, b in zip(starts, stops, strict=True)]
+        runs.append(pieces if len(pieces) <= RUNS else None)
+    return runs
 
 
 def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads) -> None:
@@ -74,45 +79,49 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
     (default: every core). NumPy releases the GIL inside take and the ufuncs, so Python
     threads run in parallel."""
     batch, length, hidden = out.shape
-    blocks, rows, width = plan_blocks(batch, length)
-    size = rows * width  # tokens in the largest block
+    blocks = plan_blocks(batch, length)
+    size = max(stop - start for start, stop in blocks)  # tokens in the largest block
+    out = out.reshape(-1, hidden)  # (B * L, H), a view: blocks are ranges of its rows
+    input_ids, token_type_ids = input_ids.reshape(-1), token_type_ids.reshape(-1)  # (B * L,)
+    runs = token_type_runs(token_type_ids, blocks)
+    present = {t for block in runs if block for _, _, t in block}
+    type_rows = {t: tile(weights.token_type_embeddings[t], size) for t in present}
     gamma = tile(weights.layer_norm_weight, size)  # (size, H)
     beta = tile(weights.layer_norm_bias, size)  # (size, H)
-    first_type = token_type_ids.flat[0]
-    one_type = bool((token_type_ids == first_type).all())  # single sentences: no check per block
-    present = [first_type] if one_type else range(weights.type_vocab_size)
-    type_rows = {t: tile(weights.token_type_embeddings[t], size) for t in present}
     position_rows = None
-    if position_ids.ndim == 1:  # shared by every sequence: (rows * L, H)
+    if position_ids.ndim == 1:  # shared by every sequence: (sequences in a block * L, H)
         # One take, not a gather then a tiling copy: that copy ran 13x slower (290 us) when
         # malloc put it 16 bytes past its source modulo 64.
-        position_rows = np.empty((rows * length, hidden), np.float32)
-        ids = np.tile(position_ids, rows)  # (rows * L,)
+        ids = np.tile(position_ids, max(1, size // length))
+        position_rows = np.empty((len(ids), hidden), np.float32)
         np.take(weights.position_embeddings, ids, 0, out=position_rows, mode="clip")
+    else:
+        position_ids = position_ids.reshape(-1)
 
     def work(share) -> None:  # takes blocks from `share` until there are none left
         scratch = np.empty((2, size, hidden), np.float32)
         row_stats = np.empty((size, 1), np.float32)
-        for block_rows, block_columns in share:
-            block = out[block_rows, block_columns].reshape(-1, hidden)  # a view: (n, H)
-            n = len(block)
-            if one_type:
-                token_types = [(0, n, type_rows[first_type][:n])]
-            else:
-                types = token_type_ids[block_rows, block_columns].reshape(-1)  # (n,)
-                token_types = token_type_runs(
-                    types, type_rows, weights.token_type_embeddings, scratch[0, :n]
+        for (start, stop), block_runs in share:
+            n = stop - start
+            if block_runs is None:
+                types = token_type_ids[start:stop]
+                rows = np.take(
+                    weights.token_type_embeddings, types, 0, out=scratch[0, :n], mode="clip"
                 )
-            if position_rows is not None:
-                positions = position_rows[block_columns.start : block_columns.start + n]
+                token_types = [(0, n, rows)]
             else:
-                ids = position_ids[block_rows, block_columns].reshape(-1)
+                token_types = [(a, b, type_rows[t][: b - a]) for a, b, t in block_runs]
+            if position_rows is not None:
+                offset = start % length  # 0 but in the pieces of a sequence past BLOCK
+                positions = position_rows[offset : offset + n]
+            else:
+                ids = position_ids[start:stop]
                 positions = np.take(
                     weights.position_embeddings, ids, 0, out=scratch[1, :n], mode="clip"
                 )
             embed_block(
-                block,
-                input_ids[block_rows, block_columns].reshape(-1),
+                out[start:stop],
+                input_ids[start:stop],
                 weights.word_embeddings,
                 token_types,
                 positions,
@@ -127,7 +136,7 @@ def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads
     # One iterator shared by the threads: each takes the next block when it is free, so a
     # core slowed by something else holds up no share of fixed size. (next() on a list
     # iterator is atomic under the GIL.)
-    share = iter(blocks)
+    share = iter(list(zip(blocks, runs, strict=True)))
     if threads == 1:
         work(share)
         return

@@ -37,6 +37,7 @@ SHAPE = {
 }
 BATCH, LENGTH = 32, 128
 GROUP = 5  # calls in a row per contender and round
+WARM = 0.1  # seconds each contender runs untimed before its calls are timed
 
 
 def bert_base_checkpoint(directory: Path) -> Path:
@@ -129,13 +130,16 @@ def throughput(directory: Path, rounds: int, threads: int) -> list[tuple]:
     times = {key: [] for key in contenders}
     for function in contenders.values():  # warm up: page in the weights, start the pools
         function()
-    # Each round runs every contender once untimed, then GROUP times in a row, and keeps the
-    # median: torch's OpenMP threads spin for a while after each call, and the first call
-    # after a switch paid for it (npbert's 11.5 ms against 6 ms steady, torch's 7.1 against
-    # 5.6 after npbert's), which is not the steady state of a pipeline.
+    # Each round runs every contender untimed for WARM seconds, then GROUP times in a row, and
+    # keeps the median. A contender's first calls after another's ran up to 1.6x slower for
+    # about 30 ms: npbert's on two threads after single-threaded work (the second core had
+    # gone idle: 5.0-6.8 ms for five calls, then 4.2-4.4), torch's after npbert's, npbert's
+    # after torch's (its OpenMP threads spin on). A pipeline runs in the steady state.
     for _ in range(rounds):
         for key, function in contenders.items():
-            function()
+            warm_until = time.perf_counter() + WARM
+            while time.perf_counter() < warm_until:
+                function()
             times[key].append(statistics.median(timed(function) for _ in range(GROUP)))
     # The readable version runs last, on its own: its output-sized temporaries, freed and
     # returned to the OS, made torch's next calls three times slower when interleaved.
