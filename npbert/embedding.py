@@ -63,7 +63,7 @@ def embedding_stages(
 
 
 # The fast path: the same computation restructured for speed, not for reading. Tokens go
-# through in blocks that stay in cache, every step in place, across threads (npbert.model);
+# through in blocks that stay in cache, every step in place, across threads (npbert.fast);
 # no temporary is the size of the output. Each step is the same NumPy operation on the same
 # values as above, in the same order, so the result is bit-identical to embedding_stages,
 # and a row's result does not depend on the block or batch it is in.
