@@ -1,15 +1,17 @@
-"""npbert: BERT's embedding layer in pure NumPy.
+"""npbert: the embedding layer of BERT and its family of encoders, in pure NumPy.
 
 from npbert import load_weights, embed, Embedder
 """
 
 from npbert.checkpoint import EmbeddingWeights
+from npbert.config import EmbeddingConfig
 from npbert.errors import InputError
 from npbert.model import Embedder, EmbedderOutput, embed, embed_stages, load_weights
 
 __all__ = [
     "Embedder",
     "EmbedderOutput",
+    "EmbeddingConfig",
     "EmbeddingWeights",
     "InputError",
     "embed",

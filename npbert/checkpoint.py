@@ -1,70 +1,67 @@
-"""Reading BERT's five embedding tensors and their config from a local checkpoint directory.
+"""Reading the embedding tensors of a checkpoint directory: config.json and safetensors.
 
 safetensors only: npbert never unpickles, so a pytorch_model.bin is refused with a way out.
-Real checkpoints name the tensors differently, and all of these load:
-    [prefix.]embeddings.word_embeddings.weight           prefix: "", "bert.", ...
-    [prefix.]embeddings.LayerNorm.weight | .gamma        (.gamma/.beta: bert-base-uncased)
-An integer `embeddings.position_ids` buffer, in older exports, is ignored.
+config.json's model_type picks the family (npbert.families), which says which tensors the
+layer reads and what they are called; they load with or without the model's prefix
+("bert.", "roberta.", "model." ...), with legacy LayerNorm.gamma/.beta names, from one
+model.safetensors or from the shards an index names. Stored float32 tensors are
+memory-mapped; float16 and bfloat16 widen to float32 exactly. An integer
+`embeddings.position_ids` buffer, in older exports, is ignored.
 """
 
 import json
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
+from npbert.config import (
+    CONFIG_FILE,
+    EmbeddingConfig,
+    expected_tensors,
+    identify,
+    make_config,
+    read_config,
+)
 from npbert.errors import InputError
+from npbert.families import FAMILIES
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5")
-
-# EmbeddingWeights field -> the tensor name after "[prefix.]embeddings.", legacy names after.
-TENSOR_NAMES = {
-    "word_embeddings": ("word_embeddings.weight",),
-    "position_embeddings": ("position_embeddings.weight",),
-    "token_type_embeddings": ("token_type_embeddings.weight",),
-    "layer_norm_weight": ("LayerNorm.weight", "LayerNorm.gamma"),
-    "layer_norm_bias": ("LayerNorm.bias", "LayerNorm.beta"),
-}
-ANCHOR = "embeddings.word_embeddings.weight"
+TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
 
 
 @dataclass(frozen=True, eq=False)
 class EmbeddingWeights:
-    """BERT's embedding parameters as float32 arrays, named as in Hugging Face's BertEmbeddings."""
+    """One checkpoint's embedding parameters as float32 arrays, and its configuration.
 
-    word_embeddings: np.ndarray  # (V, H) float32
-    position_embeddings: np.ndarray  # (P, H) float32
-    token_type_embeddings: np.ndarray  # (T, H) float32
-    layer_norm_weight: np.ndarray  # (H,) float32, gamma
-    layer_norm_bias: np.ndarray  # (H,) float32, beta
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
-    source: dict = field(default_factory=dict)  # where these came from: model, revision, sha256
+    Named as in Hugging Face's modules (LayerNorm's weight is gamma, its bias beta). None
+    where the family has no such tensor.
+    """
+
+    config: EmbeddingConfig
+    word_embeddings: np.ndarray  # (V, E)
+    layer_norm_weight: np.ndarray  # (E,); (H,) in DeBERTa, whose projection comes first
+    layer_norm_bias: np.ndarray | None  # like layer_norm_weight; None in ModernBERT
+    position_embeddings: np.ndarray | None = None  # (P, E)
+    token_type_embeddings: np.ndarray | None = None  # (T, E)
+    projection_weight: np.ndarray | None = None  # (H, E), as torch's Linear stores it
+    projection_bias: np.ndarray | None = None  # (H,)
+    source: dict = field(default_factory=dict)  # where these came from: model, revision, commit
     files: tuple[Path, ...] = ()  # the safetensors files the tensors were read from
 
     @property
-    def vocab_size(self) -> int:
-        return self.word_embeddings.shape[0]
-
-    @property
-    def max_position_embeddings(self) -> int:
-        return self.position_embeddings.shape[0]
-
-    @property
-    def type_vocab_size(self) -> int:
-        return self.token_type_embeddings.shape[0]
-
-    @property
-    def hidden_size(self) -> int:
-        return self.word_embeddings.shape[1]
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The tensors this checkpoint has, by field name."""
+        arrays = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in arrays.items() if isinstance(v, np.ndarray)}
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the five tensors as float32."""
-        return sum(getattr(self, name).nbytes for name in TENSOR_NAMES)
+        """Bytes of the tensors, as float32."""
+        return sum(array.nbytes for array in self.arrays.values())
 
 
 @dataclass(frozen=True)
@@ -79,22 +76,89 @@ class StoredTensor:
     nbytes: int
 
 
-def read_config(directory: Path) -> dict:
-    """config.json as a dict; refuses models whose embedding layer is not BERT's."""
-    path = directory / "config.json"
-    if not path.is_file():
-        raise InputError(f"{directory} has no config.json: npbert needs it for layer_norm_eps")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path} is not valid JSON: {error}") from None
-    kind = config.get("position_embedding_type", "absolute")
-    if kind != "absolute":
+def load_checkpoint(directory: Path, source: dict | None = None) -> EmbeddingWeights:
+    """The embedding tensors of a local checkpoint directory, as float32, and its config."""
+    config, stored = locate_checkpoint(directory)
+    return EmbeddingWeights(
+        config=config,
+        **{key: read_tensor(tensor) for key, tensor in stored.items()},
+        source=dict(source or {"model": str(directory)}),
+        files=tuple(sorted({tensor.file for tensor in stored.values()})),
+    )
+
+
+def locate_checkpoint(directory: Path) -> tuple[EmbeddingConfig, dict[str, StoredTensor]]:
+    """(the checked config, EmbeddingWeights field -> StoredTensor), reading only headers."""
+    directory = Path(directory)
+    raw = read_config(directory)
+    files, headers = weight_files(directory)
+    where = str(directory / CONFIG_FILE)
+    model_type, names = embedding_tensor_names(raw, files, where)
+    for path in {files[name] for name in names.values()} - headers.keys():  # shards only
+        headers[path] = _header(path)
+    stored = {}
+    for key, name in names.items():
+        if name not in headers[files[name]][1]:
+            shard = files[name].name
+            raise InputError(f"{directory / INDEX_FILE} puts {name} in {shard}, which lacks it")
+        stored[key] = _describe(files[name], name, *headers[files[name]])
+    check_shapes(stored, model_type, str(directory))
+    return make_config(raw, model_type, {f: t.shape for f, t in stored.items()}, where), stored
+
+
+def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str, str]]:
+    """(model_type, EmbeddingWeights field -> tensor name) for a checkpoint whose config.json
+    is `raw` and whose tensors are `names`: the family's tensors, under its prefix or none."""
+    model_type = identify(raw, names, where)
+    family = FAMILIES[model_type]
+    names = set(names)
+    anchor = family.tensors["word_embeddings"][0]
+    prefixes = sorted(name[: -len(anchor)] for name in names if name.endswith(anchor))
+    allowed = {"", f"{family.prefix}."} if family.prefix else {""}
+    if len(prefixes) != 1 or prefixes[0] not in allowed:
+        found = ", ".join(p + anchor for p in prefixes) or "none"
         raise InputError(
-            f"{path}: position_embedding_type is {kind!r}; npbert implements BERT's learned "
-            "absolute position embeddings only"
+            f"{where}: model_type {model_type!r} keeps its word table in "
+            f"'{' or '.join(sorted(p + anchor for p in allowed))}', but this checkpoint has "
+            f"{found}: the config and the tensors disagree"
         )
-    return config
+    chosen = {}
+    for key in expected_tensors(raw, model_type, where):
+        candidates = [prefixes[0] + name for name in family.tensors[key]]
+        present = [name for name in candidates if name in names]
+        if not present:
+            raise InputError(
+                f"{where}: {model_type} needs the tensor {' or '.join(candidates)}, which the "
+                "checkpoint does not have"
+            )
+        chosen[key] = present[0]
+    return model_type, chosen
+
+
+def check_shapes(stored: dict[str, StoredTensor], model_type: str, where: str) -> None:
+    """The tensors must agree with each other: tables (N, E), the LayerNorm (E,) or, after
+    DeBERTa's projection, (H,), the projection (H, E) and its bias (H,)."""
+    width = stored["word_embeddings"].shape[-1]  # E
+    hidden = stored["projection_weight"].shape[0] if "projection_weight" in stored else width
+    normalized = hidden if FAMILIES[model_type].projection == "inside" else width
+    expected = {
+        **{table: (None, width) for table in TABLES},
+        "layer_norm_weight": (normalized,),
+        "layer_norm_bias": (normalized,),
+        "projection_weight": (hidden, width),
+        "projection_bias": (hidden,),
+    }
+    for key, tensor in stored.items():
+        want = expected[key]
+        agrees = len(tensor.shape) == len(want) and all(
+            w is None or w == g for w, g in zip(want, tensor.shape, strict=True)
+        )
+        if not agrees or 0 in tensor.shape:
+            shown = tuple("N" if w is None else w for w in want)
+            raise InputError(
+                f"{where}: {tensor.name} has shape {tensor.shape}, expected {shown} from the "
+                "other tensors"
+            )
 
 
 def weight_files(directory: Path) -> tuple[dict[str, Path], dict[Path, tuple]]:
@@ -106,9 +170,24 @@ def weight_files(directory: Path) -> tuple[dict[str, Path], dict[Path, tuple]]:
         header = _header(single)
         return dict.fromkeys(header[1], single), {single: header}
     if index.is_file():
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        return {name: directory / shard for name, shard in weight_map.items()}, {}
+        return {name: directory / shard for name, shard in read_index(index).items()}, {}
     raise no_safetensors(str(directory), [p.name for p in directory.iterdir()])
+
+
+def read_index(path: Path) -> dict[str, str]:
+    """An index's weight_map, checked: tensor name -> a shard file inside the directory."""
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise InputError(f"{path} is not valid JSON: {error}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise InputError(f"{path} has no weight_map object")
+    for name, shard in weight_map.items():
+        # A shard outside the directory ("../x", "/x") would load tensors from elsewhere.
+        if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
+            raise InputError(f"{path}: {name} is in {shard!r}, not a file of this directory")
+    return weight_map
 
 
 def no_safetensors(where: str, files: list[str]) -> InputError:
@@ -121,33 +200,6 @@ def no_safetensors(where: str, files: list[str]) -> InputError:
             "AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"
         )
     return InputError(f"{where} has no {WEIGHTS_FILE} or {INDEX_FILE}")
-
-
-def embedding_tensor_names(names, where: str) -> dict[str, str]:
-    """EmbeddingWeights field -> tensor name, whatever prefix and LayerNorm names are used."""
-    names = set(names)
-    prefixes = sorted(name[: -len(ANCHOR)] for name in names if name.endswith(ANCHOR))
-    if len(prefixes) != 1:
-        found = "none" if not prefixes else ", ".join(p + ANCHOR for p in prefixes)
-        raise InputError(f"{where}: expected one '*{ANCHOR}' tensor, found {found}")
-    stem = prefixes[0] + "embeddings."
-    chosen = {}
-    for field_name, candidates in TENSOR_NAMES.items():
-        present = [stem + c for c in candidates if stem + c in names]
-        if not present:
-            wanted = " or ".join(stem + c for c in candidates)
-            raise InputError(f"{where}: no tensor named {wanted}")
-        chosen[field_name] = present[0]
-    return chosen
-
-
-def find_embedding_tensors(directory: Path) -> dict[str, StoredTensor]:
-    """EmbeddingWeights field -> StoredTensor for a local checkpoint directory."""
-    files, headers = weight_files(directory)
-    names = embedding_tensor_names(files, str(directory))
-    for path in {files[name] for name in names.values()} - headers.keys():  # shards only
-        headers[path] = _header(path)
-    return {key: _describe(files[name], name, *headers[files[name]]) for key, name in names.items()}
 
 
 def _open(path: Path):
@@ -201,46 +253,3 @@ def read_tensor(stored: StoredTensor) -> np.ndarray:
     if stored.dtype == "BF16":
         return (raw.astype(np.uint32) << 16).view(np.float32)
     return raw.astype(np.float32, copy=False)
-
-
-def check_shapes(tensors: dict[str, StoredTensor], config: dict, directory: Path) -> None:
-    """The five shapes must agree with each other and with config.json."""
-    hidden = tensors["word_embeddings"].shape[-1]
-    expected = {
-        "word_embeddings": (config.get("vocab_size"), hidden),
-        "position_embeddings": (config.get("max_position_embeddings"), hidden),
-        "token_type_embeddings": (config.get("type_vocab_size"), hidden),
-        "layer_norm_weight": (hidden,),
-        "layer_norm_bias": (hidden,),
-    }
-    if config.get("hidden_size", hidden) != hidden:
-        raise InputError(
-            f"{directory}: word_embeddings has hidden size {hidden}, "
-            f"config.json says hidden_size {config['hidden_size']}"
-        )
-    for key, want in expected.items():
-        got = tensors[key].shape
-        agrees = len(got) == len(want) and all(
-            w is None or w == g for w, g in zip(want, got, strict=True)
-        )
-        if not agrees:
-            shown = tuple("?" if w is None else w for w in want)
-            raise InputError(
-                f"{directory}: {tensors[key].name} has shape {got}, expected {shown} "
-                "from the other tensors and config.json"
-            )
-
-
-def load_checkpoint(directory: Path, source: dict | None = None) -> EmbeddingWeights:
-    """The five embedding tensors of a local checkpoint directory, as float32."""
-    config = read_config(directory)
-    tensors = find_embedding_tensors(directory)
-    check_shapes(tensors, config, directory)
-    arrays = {key: read_tensor(stored) for key, stored in tensors.items()}
-    return EmbeddingWeights(
-        **arrays,
-        layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
-        pad_token_id=int(config.get("pad_token_id") or 0),
-        source=dict(source or {"model": str(directory)}),
-        files=tuple(sorted({stored.file for stored in tensors.values()})),
-    )

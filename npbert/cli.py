@@ -138,11 +138,17 @@ class Inputs:
 
     weights: object
     input_ids: np.ndarray
-    token_type_ids: np.ndarray | None
+    token_type_ids: np.ndarray | None  # None: the family's default, or it has no table
     arrays: dict  # input arrays to save beside the embeddings
     meta: dict  # what went in, for the output's metadata
     tokens: list | None = None
     texts: list | None = None
+    attention_mask: np.ndarray | None = None
+
+    def embed_args(self) -> tuple:
+        """The positional and keyword arguments of embed() and embed_stages()."""
+        args = (self.weights, self.input_ids, self.token_type_ids)
+        return args, {"attention_mask": self.attention_mask}
 
 
 def read_inputs(args) -> Inputs:
@@ -178,11 +184,12 @@ def read_inputs(args) -> Inputs:
     return Inputs(
         embedder.weights,
         encoding.input_ids,
-        encoding.token_type_ids,
+        encoding.token_type_ids if embedder.weights.config.type_vocab_size else None,
         arrays,
         meta,
         encoding.tokens,
         args.texts,
+        encoding.attention_mask,
     )
 
 
@@ -195,10 +202,11 @@ def run_embed(args) -> int:
     if args.stages and (args.out is None or args.out.suffix != ".npz"):
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
     inputs = read_inputs(args)
+    positional, keywords = inputs.embed_args()
     if args.stages:
-        outputs = embed_stages(inputs.weights, inputs.input_ids, inputs.token_type_ids)
+        outputs = embed_stages(*positional, **keywords)
     else:
-        outputs = {"embeddings": embed(inputs.weights, inputs.input_ids, inputs.token_type_ids)}
+        outputs = {"embeddings": embed(*positional, **keywords)}
     if args.out is not None:
         return save(args.out, {**outputs, **inputs.arrays}, metadata(inputs.weights, **inputs.meta))
     embeddings = outputs["embeddings"]
@@ -246,8 +254,9 @@ def run_compare(args) -> int:
 
     candidate = load_candidate(args.candidate)
     inputs = read_inputs(args)
+    positional, keywords = inputs.embed_args()
     references = [
-        embed_stages(inputs.weights, inputs.input_ids, inputs.token_type_ids, dtype=dtype)
+        embed_stages(*positional, **keywords, dtype=dtype, project=True)
         for dtype in (np.float64, np.float32)
     ]
     report = compare(candidate, *references, atol=args.atol, rtol=args.rtol)
@@ -284,7 +293,8 @@ def metadata(weights, **inputs) -> dict:
         "npbert": __version__,
         **weights.source,
         **inputs,
-        "layer_norm_eps": weights.layer_norm_eps,
+        "model_type": weights.config.model_type,
+        "layer_norm_eps": weights.config.layer_norm_eps,
     }
 
 
@@ -307,21 +317,32 @@ def save(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> int:
     return 0
 
 
+def describe(config) -> str:
+    """One line on what a checkpoint's embedding layer is."""
+    positions = "no position table"
+    if config.max_position_embeddings is not None:
+        positions = f"{config.max_position_embeddings} positions ({config.positions})"
+    return (
+        f"{config.model_type}: {config.formula}; vocab {config.vocab_size}, width "
+        f"{config.embedding_size}, hidden {config.hidden_size}, {positions}, "
+        f"{config.type_vocab_size} token types, eps {config.layer_norm_eps:g}"
+    )
+
+
 def summary(weights, embeddings: np.ndarray, tokens, texts, ids=None) -> str:
     """A few readable lines: the model, the shape, and per sequence its tokens and end rows."""
     from npbert.explain import format_row
 
     batch = embeddings if embeddings.ndim == 3 else embeddings[None]  # (B, L, H)
     lines = [
-        f"model: {weights.source.get('model')}  (vocab {weights.vocab_size}, hidden "
-        f"{weights.hidden_size}, {weights.max_position_embeddings} positions, "
-        f"{weights.type_vocab_size} token types, eps {weights.layer_norm_eps:g})",
+        f"model: {weights.source.get('model')}",
+        f"   {describe(weights.config)}",
         f"embeddings: {embeddings.shape} {embeddings.dtype}",
     ]
     for b, rows in enumerate(batch):
         lines.append("")
         if texts is not None:
-            real = [t for t in tokens[b] if t != "[PAD]"] if tokens else []
+            real = tokens[b]  # the text's own tokens: padding is not among them
             lines.append(f"[{b}] {texts[b]}")
             lines.append(f"    {len(real)} tokens: {' '.join(real)}")
             lines.append(f"    input_ids: {' '.join(map(str, ids[b, : len(real)]))}")
@@ -343,24 +364,27 @@ def run_explain(args) -> int:
     encoding = embedder.encode([args.text], pairs, truncation=args.truncate)
     print(f"model: {embedder.weights.source.get('model')}")
     text, diff = explain(
-        embedder.weights, encoding.tokens[0], encoding.input_ids[0], encoding.token_type_ids[0]
+        embedder.weights,
+        encoding.tokens[0],
+        encoding.input_ids[0],
+        encoding.token_type_ids[0],
+        encoding.attention_mask[0],
     )
     print(text)
     return 0 if diff <= TOLERANCE else 1
 
 
 def run_inspect(args) -> int:
-    from npbert.checkpoint import check_shapes, find_embedding_tensors, read_config
+    from npbert.checkpoint import locate_checkpoint
     from npbert.model import resolve
 
     directory, source = resolve(args.model, revision=args.revision, full=args.full)
-    config = read_config(directory)
-    tensors = find_embedding_tensors(directory)
-    check_shapes(tensors, config, directory)
+    config, tensors = locate_checkpoint(directory)
     width = max(len(t.name) for t in tensors.values())
     print(
         f"model: {source.get('model')}" + (f" @ {source['commit']}" if "commit" in source else "")
     )
+    print(describe(config))
     print(f"{'tensor':<{width}}  {'shape':<14} {'dtype':<5} {'bytes':>12}  file")
     for stored in tensors.values():
         print(
@@ -368,11 +392,13 @@ def run_inspect(args) -> int:
             f"{stored.nbytes:>12,}  {stored.file.name}"
         )
     print(f"embedding tensors: {sum(t.nbytes for t in tensors.values()):,} bytes")
-    print(f"layer_norm_eps: {config.get('layer_norm_eps', 1e-12):g}")
-    print(f"max_position_embeddings: {tensors['position_embeddings'].shape[0]}")
-    print(f"type_vocab_size: {tensors['token_type_embeddings'].shape[0]}")
-    print(f"vocab_size: {tensors['word_embeddings'].shape[0]}")
-    print(f"hidden_size: {tensors['word_embeddings'].shape[1]}")
+    for key in ("layer_norm_eps", "pad_token_id", "positions", "padding_idx", "max_length"):
+        print(f"{key}: {getattr(config, key)}")
+    for key in ("vocab_size", "embedding_size", "hidden_size", "max_position_embeddings"):
+        print(f"{key}: {getattr(config, key)}")
+    print(f"type_vocab_size: {config.type_vocab_size}")
+    if config.projection:
+        print(f"projection: {config.projection}")
     return 0
 
 

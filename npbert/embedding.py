@@ -1,105 +1,172 @@
-"""BERT's embedding layer: the math, and nothing else.
+"""The embedding layer of BERT and its family of encoders: the math, and nothing else.
+
+BERT's layer, as in the paper and Hugging Face's BertEmbeddings:
 
     embeddings = LayerNorm(word_embeddings[input_ids]
                            + token_type_embeddings[token_type_ids]
                            + position_embeddings[position_ids])
 
-All three tables are learned parameters, trained with the rest of the model (BERT's
-position embeddings are not the fixed sinusoids of the original Transformer, and its
-segment embeddings are two learned vectors, not vectors of zeros and ones).
+Every other encoder of the family varies this one line: which of the three tables it has, the
+order in which it adds them (float32 addition is not associative, so the order is kept), how
+it numbers positions, and whether a projection follows. Below: three primitives (lookup,
+layer norm, linear), the two ways positions are numbered, then one short function per formula,
+each computing what transformers' own `model.embeddings(...)` computes.
 
-Shapes: B batch, L sequence length, H hidden size, V vocabulary size,
-P max_position_embeddings, T type_vocab_size. Leading (B,) is optional throughout.
+All tables are learned parameters, trained with the rest of the model. BERT's position
+embeddings are not the fixed sinusoids of the original Transformer (DistilBERT's sinusoidal
+variant stores its sinusoid as a table too), and its segment embeddings are learned vectors,
+one per token type, not vectors of zeros and ones.
 
-This module imports nothing but NumPy and checks nothing: npbert.model.embed validates
-the ids first, because NumPy would silently wrap a negative id to the table's last row.
+Shapes: B batch, L sequence length, V vocabulary, P positions, T token types, E the width of
+the tables, H the hidden size (E = H but where a projection maps E -> H). A leading (B,) is
+optional throughout. `w` is an npbert.checkpoint.EmbeddingWeights: the arrays, and w.config.
+
+This module imports nothing but NumPy and checks nothing: npbert.model validates the ids first,
+because NumPy would silently wrap a negative id to a row from the end.
 """
 
 import numpy as np
 
-# The stages of the layer, in the order they are computed (what `embedding_stages` returns).
-STAGES = ("word", "position", "token_type", "sum", "normalized", "embeddings")
+# --- primitives ---------------------------------------------------------------------------
 
 
-def lookup(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """An embedding is a row lookup: table (N, H), ids (...) int -> (..., H)."""
-    return table[ids]
+def lookup(table: np.ndarray, ids: np.ndarray, dtype: type) -> np.ndarray:
+    """An embedding is a row lookup: table (N, E), ids (...) int -> (..., E) in dtype."""
+    return table[ids].astype(dtype)
 
 
 def normalize(x: np.ndarray, eps: float) -> np.ndarray:
-    """Zero mean, unit variance over the hidden axis: x (..., H) -> (..., H)."""
+    """Zero mean, unit variance over the last axis: x (..., E) -> (..., E)."""
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
-    centered = x - mean  # (..., H)
-    # Biased variance (divide by H, not H-1), as torch.nn.LayerNorm; two passes over x,
+    centered = x - mean  # (..., E)
+    # Biased variance (divide by E, not E-1), as torch.nn.LayerNorm; two passes over x,
     # because E[x^2] - E[x]^2 cancels catastrophically when the mean is large.
     variance = (centered * centered).mean(axis=-1, keepdims=True)  # (..., 1)
-    return centered / np.sqrt(variance + eps)  # (..., H)
+    return centered / np.sqrt(variance + eps)  # (..., E)
 
 
-def embedding_stages(
-    input_ids: np.ndarray,  # (B, L) int, each in [0, V)
-    token_type_ids: np.ndarray,  # (B, L) int, each in [0, T)
-    position_ids: np.ndarray,  # (L,) or (B, L) int, each in [0, P)
-    word_embeddings: np.ndarray,  # (V, H)
-    position_embeddings: np.ndarray,  # (P, H)
-    token_type_embeddings: np.ndarray,  # (T, H)
-    gamma: np.ndarray,  # (H,) LayerNorm weight
-    beta: np.ndarray,  # (H,) LayerNorm bias
-    eps: float,  # layer_norm_eps, 1e-12 for BERT
-    dtype: type = np.float32,
-) -> dict[str, np.ndarray]:
-    """Every intermediate of the layer, keyed by the names in STAGES, computed in `dtype`."""
-    word = lookup(word_embeddings, input_ids).astype(dtype)  # (B, L, H)
-    position = lookup(position_embeddings, position_ids).astype(dtype)  # (L, H) or (B, L, H)
-    token_type = lookup(token_type_embeddings, token_type_ids).astype(dtype)  # (B, L, H)
-    # Same order of addition as Hugging Face's BertEmbeddings: (word + token_type) + position.
-    summed = word + token_type + position  # (B, L, H)
-    # LayerNorm: normalize, then a learned per-dimension scale (gamma) and shift (beta).
-    normalized = normalize(summed, eps)  # (B, L, H)
-    embeddings = normalized * gamma.astype(dtype) + beta.astype(dtype)  # (B, L, H)
-    # Dropout comes next in BertEmbeddings; at inference it is the identity, so it is left out.
-    stages = (word, position, token_type, summed, normalized, embeddings)
-    return dict(zip(STAGES, stages, strict=True))
+def scale_shift(normalized: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """LayerNorm's learned per-dimension scale (gamma) and shift (beta, absent in ModernBERT)."""
+    scaled = normalized * weight.astype(normalized.dtype)  # (..., E)
+    return scaled if bias is None else scaled + bias.astype(normalized.dtype)
 
 
-# The fast path: the same computation restructured for speed, not for reading. Tokens go
-# through in blocks that stay in cache, every step in place, across threads (npbert.fast);
-# no temporary is the size of the output. Each step is the same NumPy operation on the same
-# values as above, in the same order, so the result is bit-identical to embedding_stages,
-# and a row's result does not depend on the block or batch it is in.
+def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """torch.nn.Linear: x (..., E) @ weight.T, weight (H, E) as torch stores it, + bias (H,)."""
+    y = x @ weight.T.astype(x.dtype)  # (..., H)
+    return y if bias is None else y + bias.astype(x.dtype)
 
 
-def embed_block(
-    out: np.ndarray,  # (n, H) float32, written in place
-    input_ids: np.ndarray,  # (n,) int
-    word_embeddings: np.ndarray,  # (V, H)
-    token_type_runs: list,  # [(start, stop, rows)]: token_type_embeddings[token_type_ids]
-    # looked up, run by run; rows (stop - start, H)
-    position_rows: np.ndarray,  # (n, H): position_embeddings[position_ids], looked up
-    gamma: np.ndarray,  # (H,), or tiled to (n, H)
-    beta: np.ndarray,  # (H,), or tiled to (n, H)
-    eps: float,
-    scratch: np.ndarray,  # (n, H) float32, overwritten (it may hold position_rows)
-    row_stats: np.ndarray,  # (n, 1) float32, overwritten
-) -> None:
-    """The layer for a block of n tokens, float32, into `out`.
+# --- positions ----------------------------------------------------------------------------
 
-    x.mean(-1) is spelled add.reduce then divide, which is what NumPy's mean does, without its
-    Python wrapper: threads wait for each other there, holding the GIL. Lookups use
-    take(mode="clip") because the default mode="raise" buffers `out` (a copy, 3x slower);
-    the ids are in range already, so clipping never moves one.
-    """
-    hidden = out.shape[-1]
-    np.take(word_embeddings, input_ids, axis=0, out=out, mode="clip")  # word, (n, H)
-    for start, stop, rows in token_type_runs:
-        out[start:stop] += rows  # word + token_type
-    out += position_rows  # + position: the sum
-    mean = np.add.reduce(out, axis=-1, keepdims=True, out=row_stats)
-    mean /= hidden  # (n, 1)
-    out -= mean  # centered
-    variance = np.add.reduce(np.multiply(out, out, out=scratch), -1, keepdims=True, out=mean)
-    variance /= hidden  # (n, 1)
-    variance += eps
-    out /= np.sqrt(variance, out=variance)  # normalized
-    out *= gamma
-    out += beta  # embeddings, (n, H)
+
+def absolute_position_ids(length: int) -> np.ndarray:
+    """BERT's positions: 0..L-1, shared by every sequence of the batch. -> (L,)"""
+    return np.arange(length)
+
+
+def padded_position_ids(input_ids: np.ndarray, padding_idx: int) -> np.ndarray:
+    """RoBERTa's positions (fairseq's make_positions): real tokens count up from padding_idx + 1,
+    padding tokens get padding_idx, wherever they are. input_ids (..., L) -> (..., L)."""
+    real = input_ids != padding_idx  # (..., L)
+    return np.cumsum(real, axis=-1) * real + padding_idx  # (..., L)
+
+
+# --- the formulas, one per family ---------------------------------------------------------
+# Each takes the weights and validated ids (None where the family has no such table) and
+# returns every stage of the layer by name, in the order computed; "embeddings" is the output.
+
+
+def bert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """LayerNorm((W + T) + P): BERT, ERNIE; ALBERT and ELECTRA at width E; RoBERTa,
+    XLM-RoBERTa and CamemBERT with padded_position_ids."""
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
+    token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, E)
+    position = lookup(w.position_embeddings, position_ids, dtype)  # (L, E) or (B, L, E)
+    summed = word + token_type + position  # (B, L, E)
+    normalized = normalize(summed, w.config.layer_norm_eps)  # (B, L, E)
+    embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, E)
+    # Dropout follows in every family; at inference it is the identity, so it is left out.
+    return dict(word=word, token_type=token_type, position=position, sum=summed,
+                normalized=normalized, embeddings=embeddings)  # fmt: skip
+
+
+def longformer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """LayerNorm((W + P) + T): Longformer (padded_position_ids), SqueezeBERT."""
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
+    position = lookup(w.position_embeddings, position_ids, dtype)  # (L, E) or (B, L, E)
+    token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, E)
+    summed = word + position + token_type  # (B, L, E)
+    normalized = normalize(summed, w.config.layer_norm_eps)  # (B, L, E)
+    embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, E)
+    return dict(word=word, position=position, token_type=token_type, sum=summed,
+                normalized=normalized, embeddings=embeddings)  # fmt: skip
+
+
+def big_bird(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """LayerNorm((W * sqrt(H) + T) + P): BigBird, its word rows scaled by sqrt(H) when
+    rescale_embeddings is set (w.config.word_scale; 1 otherwise, which changes nothing)."""
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, H)
+    token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, H)
+    position = lookup(w.position_embeddings, position_ids, dtype)  # (L, H) or (B, L, H)
+    summed = word * dtype(w.config.word_scale) + token_type + position  # (B, L, H)
+    normalized = normalize(summed, w.config.layer_norm_eps)  # (B, L, H)
+    embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, H)
+    return dict(word=word, token_type=token_type, position=position, sum=summed,
+                normalized=normalized, embeddings=embeddings)  # fmt: skip
+
+
+def distilbert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """LayerNorm(W + P), no token types: DistilBERT, MPNet (padded_position_ids)."""
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, H)
+    position = lookup(w.position_embeddings, position_ids, dtype)  # (L, H) or (B, L, H)
+    summed = word + position  # (B, L, H)
+    normalized = normalize(summed, w.config.layer_norm_eps)  # (B, L, H)
+    embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, H)
+    return dict(word=word, position=position, sum=summed, normalized=normalized,
+                embeddings=embeddings)  # fmt: skip
+
+
+def roformer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """LayerNorm(W + T), no position table (rotary positions, applied in attention): RoFormer
+    at width E, NomicBERT."""
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
+    token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, E)
+    summed = word + token_type  # (B, L, E)
+    normalized = normalize(summed, w.config.layer_norm_eps)  # (B, L, E)
+    embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, E)
+    return dict(word=word, token_type=token_type, sum=summed, normalized=normalized,
+                embeddings=embeddings)  # fmt: skip
+
+
+def modernbert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """LayerNorm(W), neither positions (rotary) nor token types: ModernBERT (its LayerNorm
+    without a bias), Funnel."""
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, H)
+    normalized = normalize(word, w.config.layer_norm_eps)  # (B, L, H)
+    embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, H)
+    return dict(word=word, normalized=normalized, embeddings=embeddings)
+
+
+def deberta(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """LayerNorm(proj(W (+ P) (+ T))) * attention_mask: DeBERTa, DeBERTa-v2 and v3. P only if
+    position_biased_input (v1), T only if type_vocab_size > 0, embed_proj (no bias) only if
+    E != H; padding rows come out as zeros."""
+    stages = {"word": lookup(w.word_embeddings, input_ids, dtype)}  # (B, L, E)
+    summed = stages["word"]
+    if w.position_embeddings is not None:
+        stages["position"] = lookup(w.position_embeddings, position_ids, dtype)  # (L, E)
+        summed = summed + stages["position"]  # (B, L, E)
+    if w.token_type_embeddings is not None:
+        stages["token_type"] = lookup(w.token_type_embeddings, token_type_ids, dtype)
+        summed = summed + stages["token_type"]  # (B, L, E)
+    if len(stages) > 1:
+        stages["sum"] = summed
+    if w.projection_weight is not None:
+        summed = stages["projected"] = linear(summed, w.projection_weight, None)  # (B, L, H)
+    stages["normalized"] = normalize(summed, w.config.layer_norm_eps)  # (B, L, H)
+    output = scale_shift(stages["normalized"], w.layer_norm_weight, w.layer_norm_bias)
+    if attention_mask is not None:
+        output = output * attention_mask[..., None].astype(dtype)  # (B, L, H), padding zeroed
+    stages["embeddings"] = output
+    return stages

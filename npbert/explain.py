@@ -1,16 +1,21 @@
-"""`npbert explain`: the seeds' notebook as a command, one step of the layer at a time.
+"""`npbert explain`: a well-known walk-through of BERT's embedding layer as a command.
 
-Every number printed is computed here, step by step, with npbert.embedding's functions, and the
-result is checked against npbert.embed (the function users call).
+It prints the family's formula, the tokens with their ids, token types and positions, then
+every stage that npbert.embedding_stages computes, in order, with what it is; and checks the
+result against npbert.embed, the fast path users call. It formats the stages; it computes
+nothing of its own.
 """
 
 import numpy as np
 
 from npbert.checkpoint import EmbeddingWeights
-from npbert.embedding import lookup, normalize
-from npbert.model import embed
+from npbert.model import embed, embed_stages
 
 SHOWN = 3  # values shown at each end of a row, as torch prints tensors
+
+# The step-by-step output must equal embed() to this max |diff|: embed() is the fast path,
+# which rounds in another order (within 2e-6), and 1e-5 is the tolerance against torch.
+TOLERANCE = 1e-5
 
 
 def format_row(row: np.ndarray) -> str:
@@ -31,78 +36,109 @@ def _rows(title: str, labels: list[str], matrix: np.ndarray, limit: int = 12) ->
     return lines
 
 
-# The step-by-step output must equal embed() to this max |diff|: embed() is the fast path,
-# which rounds in another order (about 1e-6), and 1e-5 is the tolerance against torch.
-TOLERANCE = 1e-5
+def _positions_text(weights: EmbeddingWeights, position_ids: np.ndarray) -> str:
+    config = weights.config
+    shape = weights.position_embeddings.shape
+    learned = (
+        "Learned in pre-training like the token table, not the fixed sinusoids of the "
+        "original Transformer."
+    )
+    if config.positions == "padded":
+        return (
+            f"Position embeddings: rows {position_ids.min()}..{position_ids.max()} of "
+            f"position_embeddings {shape}. {config.model_type} numbers the tokens that are not "
+            f"padding from padding_idx + 1 = {config.padding_idx + 1}, and gives padding row "
+            f"padding_idx = {config.padding_idx}. {learned}"
+        )
+    return (
+        f"Position embeddings: rows {position_ids.min()}..{position_ids.max()} of "
+        f"position_embeddings {shape}. {learned}"
+    )
+
+
+def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, position_ids) -> dict:
+    """What each stage is, for this checkpoint."""
+    config = weights.config
+    hidden = stages["normalized"].shape[-1]
+    terms = {"word": "token", "token_type": "segment", "position": "position"}
+    summed = " + ".join(terms[name] for name in stages if name in terms)
+    if config.word_scale != 1.0:
+        summed = summed.replace("token", f"token * sqrt({config.hidden_size})", 1)
+    titles = {
+        "word": f"Token embeddings: rows of word_embeddings {weights.word_embeddings.shape}, a "
+        "learned table. Context-free: a token gets the same row in every sentence.",
+        "sum": f"Sum: {summed}",
+        "normalized": f"LayerNorm, normalization over the {hidden} values of each token: "
+        f"(x - mean) / sqrt(var + {config.layer_norm_eps:g})",
+        "embeddings": "LayerNorm, learned scale and shift: * gamma"
+        + (" + beta" if weights.layer_norm_bias is not None else " (no beta in this model)")
+        + (", then times attention_mask" if config.family.masks_padding else ""),
+    }
+    if "token_type" in stages:
+        types = ", ".join(str(t) for t in sorted(set(np.ravel(token_type_ids).tolist())))
+        titles["token_type"] = (
+            f"Segment embeddings: rows {types} of token_type_embeddings "
+            f"{weights.token_type_embeddings.shape}. Learned vectors, one per token type, not "
+            "vectors of zeros and ones."
+        )
+    if "position" in stages:
+        titles["position"] = _positions_text(weights, np.asarray(position_ids))
+    if "projected" in stages:
+        where = "before" if config.projection == "inside" else "after the module,"
+        titles["projected"] = (
+            f"Projection {where} from width {config.embedding_size} to the hidden size "
+            f"{config.hidden_size}: a learned Linear, what the first encoder layer works in"
+        )
+    return titles
 
 
 def explain(
-    weights: EmbeddingWeights, tokens: list[str], input_ids, token_type_ids
+    weights: EmbeddingWeights, tokens: list[str], input_ids, token_type_ids, attention_mask
 ) -> tuple[str, float]:
-    """(the walk-through, max |diff| against embed()) for input_ids, token_type_ids (L,) int."""
-    input_ids = np.asarray(input_ids)
-    token_type_ids = np.asarray(token_type_ids)
-    length, hidden, eps = len(input_ids), weights.hidden_size, weights.layer_norm_eps
-    position_ids = np.arange(length)  # (L,)
+    """(the walk-through, max |diff| against embed()) for one tokenized text: input_ids,
+    token_type_ids (as the tokenizer gave them) and attention_mask, (L,) int each."""
+    config = weights.config
+    types = token_type_ids if config.type_vocab_size else None
+    args = (weights, input_ids, types)
+    kwargs = {"attention_mask": attention_mask, "project": True}
+    stages = embed_stages(*args, **kwargs)
+    final = stages["projected" if "projected" in stages else "embeddings"]
+    diff = float(np.abs(final - embed(*args, **kwargs)).max())
 
-    word = lookup(weights.word_embeddings, input_ids)  # (L, H)
-    position = lookup(weights.position_embeddings, position_ids)  # (L, H)
-    token_type = lookup(weights.token_type_embeddings, token_type_ids)  # (L, H)
-    summed = word + token_type + position  # (L, H)
-    normalized = normalize(summed, eps)  # (L, H)
-    output = normalized * weights.layer_norm_weight + weights.layer_norm_bias  # (L, H)
-    reference = embed(weights, input_ids, token_type_ids)  # (L, H)
-    diff = float(np.abs(output - reference).max())
+    positions = _used_positions(weights, input_ids)
+    columns = ["input_id", *(["token_type_id"] if types is not None else [])]
+    columns += ["position_id"] if positions is not None else []
+    table = [f"   {'i':>3} {'token':<14} " + "  ".join(f"{c:>13}" for c in columns)]
+    values = [input_ids, *([types] if types is not None else [])]
+    values += [positions] if positions is not None else []
+    for i, token in enumerate(tokens):
+        table.append(f"   {i:>3} {token:<14} " + "  ".join(f"{int(v[i]):>13}" for v in values))
 
     labels = [f"{i:>3} {token}" for i, token in enumerate(tokens)]
-    header = f"   {'pos':>3} {'token':<14} {'input_id':>8}  token_type_id"
-    table = [
-        f"   {i:>3} {t:<14} {int(w):>8}  {int(s)}"
-        for i, (t, w, s) in enumerate(zip(tokens, input_ids, token_type_ids, strict=True))
-    ]
-    types = ", ".join(str(t) for t in sorted(set(token_type_ids.tolist())))
+    titles = stage_titles(weights, stages, types, positions)
     lines = [
-        f"BERT's embedding layer, step by step: {length} tokens, hidden size {hidden}",
+        f"{config.model_type}'s embedding layer, step by step: {len(tokens)} tokens, width "
+        f"{config.embedding_size}",
+        f"   {config.formula}",
         "",
-        "1. Tokens (WordPiece) and their ids",
-        header,
+        "1. Tokens and their ids",
         *table,
+    ]
+    for step, (name, matrix) in enumerate(stages.items(), start=2):
+        lines += ["", *_rows(f"{step}. {titles[name]}", labels, matrix)]
+    lines += [
         "",
-        *_rows(
-            f"2. Token embeddings: rows of word_embeddings {weights.word_embeddings.shape}, a "
-            "learned table. Context-free: a token gets the same row in every sentence.",
-            labels,
-            word,
-        ),
-        "",
-        *_rows(
-            f"3. Segment embeddings: rows {types} of token_type_embeddings "
-            f"{weights.token_type_embeddings.shape}. Learned vectors, one per segment "
-            "(A = 0: [CLS] A [SEP]; B = 1: B [SEP]), not vectors of zeros and ones.",
-            labels,
-            token_type,
-        ),
-        "",
-        *_rows(
-            f"4. Position embeddings: rows 0..{length - 1} of position_embeddings "
-            f"{weights.position_embeddings.shape}. Learned in pre-training like the token "
-            "table, not the fixed sinusoids of the original Transformer.",
-            labels,
-            position,
-        ),
-        "",
-        *_rows("5. Sum: token + segment + position", labels, summed),
-        "",
-        *_rows(
-            f"6. LayerNorm over the {hidden} values of each token: "
-            f"(x - mean) / sqrt(var + {eps:g}) * gamma + beta, gamma and beta learned",
-            labels,
-            output,
-        ),
-        "",
-        "7. Dropout: the identity at inference, so the LayerNorm output is the layer's output.",
+        f"{len(stages) + 2}. Dropout: the identity at inference, so this is the layer's output.",
         "",
         f"Check: this equals npbert.embed(): max |diff| = {diff:.3g} "
         + (f"(equal within {TOLERANCE:g})" if diff <= TOLERANCE else "(MISMATCH)"),
     ]
     return "\n".join(lines), diff
+
+
+def _used_positions(weights: EmbeddingWeights, input_ids) -> np.ndarray | None:
+    """The positions the family looks up by default (None where it has no position table)."""
+    from npbert.inputs import prepare_inputs
+
+    inputs = prepare_inputs(weights.config, input_ids, None, None, None)
+    return None if inputs.position_ids is None else inputs.position_ids

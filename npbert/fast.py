@@ -1,15 +1,19 @@
-"""The fast path's driver: blocks of tokens, rows looked up once per call, threads.
+"""The fast path behind npbert.embed: every family's layer, restructured for speed.
 
-npbert.embedding.embed_block does the arithmetic for one block, step for step as the readable
-embedding_stages, so the result is bit-identical. This module decides what goes into each
-block. What does not change from block to block is looked up or tiled once per call instead
-of gathered per token: the position rows when every sequence has the same position_ids (the
-default), a token type's row for a run of one token type, gamma and beta. Adding a tiled row
-is the same arithmetic as adding a gathered one, only faster. Lookups here take
-mode="clip" for the reason given in embed_block: the ids are checked before they get here.
+npbert.embedding is the specification; this computes the same layer in fewer passes over
+memory: in blocks of tokens small enough to stay in cache, in place, on several threads.
+It is checked against the specification (within 2e-6) and against float64 (at torch's
+accuracy or better) in tests/test_fast.py. It is not bit-identical to the specification,
+because it rounds differently in two places:
+  - the token-type and position rows are added to each other once per (type, position) pair,
+    in float64, and rounded once, where the specification adds them one by one in float32 in
+    the family's order;
+  - the sum of squares of LayerNorm's variance comes from einsum, whose summation order is
+    not NumPy's pairwise sum.
+Lookups use take(mode="clip") because the default mode="raise" copies `out` behind the
+scenes (3x slower); the ids were checked before they got here, so clipping never moves one.
 """
 
-import bisect
 import functools
 import math
 import os
@@ -17,128 +21,102 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from npbert.embedding import embed_block
-
 BLOCK = 256  # tokens per block, as measured for bert-base by scripts/bench.py
-RUNS = 16  # token-type runs in a block up to which rows are added run by run, not gathered
 PAGE = 4096  # bytes
 
 
-def empty(shape: tuple[int, ...], like: np.ndarray) -> np.ndarray:
-    """np.empty(shape, float32) at the same offset within a 4 KiB page as `like`'s data.
-
-    For the output of the word lookup. A copy runs up to twice as slow when the array it
-    writes starts a few bytes past the one it reads, modulo 4 KiB: the CPU holds back loads
-    that look like reads of the stores just made (4K aliasing). Measured on bert-base: np.take
-    of 256 rows took 173 us instead of 92 with the output 8 to 24 bytes past the word table
-    (modulo 1 KiB, as rows are 3 KiB), and a batch on one thread 14% longer. Where malloc
-    puts the output is otherwise luck. At the table's own offset, every row is written a
-    whole number of rows from where it is read: with BERT's sizes (H a multiple of 128, rows
-    a multiple of 512 bytes) never a few bytes past it.
-    """
-    nbytes = math.prod(shape) * 4
-    buffer = np.empty(nbytes + PAGE, np.uint8)
-    start = (like.ctypes.data - buffer.ctypes.data) % PAGE
-    return buffer[start : start + nbytes].view(np.float32).reshape(shape)
-
-
-def tile(row: np.ndarray, count: int) -> np.ndarray:
-    """(H,) -> (count, H), with one broadcast copy (np.tile is 20x slower on 2-D)."""
-    tiled = np.empty((count, len(row)), np.float32)
-    tiled[...] = row
-    return tiled
-
-
-def plan_blocks(batch: int, length: int) -> list[tuple[int, int]]:
-    """Blocks as (start, stop) ranges of the batch's B * L tokens in order: as many whole
-    sequences as fit in BLOCK tokens, or BLOCK-token pieces of a sequence longer than that."""
-    if length > BLOCK:
-        return [
-            (r * length + c, r * length + min(c + BLOCK, length))
-            for r in range(batch)
-            for c in range(0, length, BLOCK)
-        ]
-    step = min(BLOCK // length, batch) * length
-    return [(s, min(s + step, batch * length)) for s in range(0, batch * length, step)]
-
-
-def token_type_runs(types: np.ndarray, blocks: list) -> list:
-    """Each block's runs of one token type, as [(start, stop, type)] within the block (one
-    run for single sentences, two per pair), or None past RUNS runs: then its rows are
-    gathered. types (B * L,) int. Where the type changes is found once for the batch."""
-    changes = (np.flatnonzero(types[1:] != types[:-1]) + 1).tolist()  # sorted
-    runs = []
-    for start, stop in blocks:
-        inside = changes[bisect.bisect_right(changes, start) : bisect.bisect_left(changes, stop)]
-        starts, stops = [start, *inside], [*inside, stop]
-        pieces = [(a - start, b - start, int(types[a])) for a, b in zip(starts, stops, strict=True)]
-        runs.append(pieces if len(pieces) <= RUNS else None)
-    return runs
-
-
-def run_blocks(weights, out, input_ids, token_type_ids, position_ids, *, threads) -> None:
-    """The layer for (B, L) ids into out (B, L, H), block by block, on `threads` threads
-    (default: every core). NumPy releases the GIL inside take and the ufuncs, so Python
-    threads run in parallel."""
-    batch, length, hidden = out.shape
-    blocks = plan_blocks(batch, length)
-    size = max(stop - start for start, stop in blocks)  # tokens in the largest block
-    out = out.reshape(-1, hidden)  # (B * L, H), a view: blocks are ranges of its rows
-    input_ids, token_type_ids = input_ids.reshape(-1), token_type_ids.reshape(-1)  # (B * L,)
-    runs = token_type_runs(token_type_ids, blocks)
-    present = {t for block in runs if block for _, _, t in block}
-    type_rows = {t: tile(weights.token_type_embeddings[t], size) for t in present}
-    gamma = tile(weights.layer_norm_weight, size)  # (size, H)
-    beta = tile(weights.layer_norm_bias, size)  # (size, H)
-    position_rows = None
-    if position_ids.ndim == 1:  # shared by every sequence: (sequences in a block * L, H)
-        # One take, not a gather then a tiling copy: that copy ran 13x slower (290 us) when
-        # malloc put it 16 bytes past its source modulo 64.
-        ids = np.tile(position_ids, max(1, size // length))
-        position_rows = np.empty((len(ids), hidden), np.float32)
-        np.take(weights.position_embeddings, ids, 0, out=position_rows, mode="clip")
-    else:
-        position_ids = position_ids.reshape(-1)
+def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
+    """weights.config's layer for validated npbert.inputs.Inputs, float32, (..., L, H)."""
+    config = weights.config
+    input_ids = np.atleast_2d(inputs.input_ids)  # (B, L)
+    batch, length = input_ids.shape
+    table, rows = added_rows(weights, inputs, batch, length)  # (R, E), (B * L,) or None
+    width = config.output_size  # E, or H after DeBERTa's projection
+    out = empty((batch * length, width), weights.word_embeddings)  # (B * L, width)
+    mask = None
+    if inputs.attention_mask is not None and config.family.masks_padding:
+        mask = inputs.attention_mask.reshape(-1, 1).astype(np.float32)  # (B * L, 1)
+    inside = weights.projection_weight if config.projection == "inside" else None
 
     def work(share) -> None:  # takes blocks from `share` until there are none left
-        scratch = np.empty((2, size, hidden), np.float32)
-        row_stats = np.empty((size, 1), np.float32)
-        for (start, stop), block_runs in share:
+        scratch = np.empty((2, BLOCK, weights.word_embeddings.shape[1]), np.float32)
+        stats = np.empty(BLOCK, np.float32)
+        for start, stop in share:
             n = stop - start
-            if block_runs is None:
-                types = token_type_ids[start:stop]
-                rows = np.take(
-                    weights.token_type_embeddings, types, 0, out=scratch[0, :n], mode="clip"
-                )
-                token_types = [(0, n, rows)]
-            else:
-                token_types = [(a, b, type_rows[t][: b - a]) for a, b, t in block_runs]
-            if position_rows is not None:
-                offset = start % length  # 0 but in the pieces of a sequence past BLOCK
-                positions = position_rows[offset : offset + n]
-            else:
-                ids = position_ids[start:stop]
-                positions = np.take(
-                    weights.position_embeddings, ids, 0, out=scratch[1, :n], mode="clip"
-                )
-            embed_block(
-                out[start:stop],
-                input_ids[start:stop],
-                weights.word_embeddings,
-                token_types,
-                positions,
-                gamma[:n],
-                beta[:n],
-                weights.layer_norm_eps,
-                scratch[1, :n],
-                row_stats[:n],
-            )
+            x = scratch[0, :n] if inside is not None else out[start:stop]  # (n, E)
+            np.take(weights.word_embeddings, input_ids.reshape(-1)[start:stop], 0, x, "clip")
+            if config.word_scale != 1.0:
+                x *= np.float32(config.word_scale)
+            if table is not None:
+                x += np.take(table, rows[start:stop], 0, scratch[1, :n], "clip")
+            if inside is not None:
+                np.matmul(x, inside.T, out=out[start:stop])  # (n, H)
+            layer_norm(out[start:stop], weights, stats[:n])
+            if mask is not None:
+                out[start:stop] *= mask[start:stop]
 
-    threads = min(threads or os.cpu_count() or 1, len(blocks))
-    # One iterator shared by the threads: each takes the next block when it is free, so a
-    # core slowed by something else holds up no share of fixed size. (next() on a list
-    # iterator is atomic under the GIL.)
-    share = iter(list(zip(blocks, runs, strict=True)))
+    run(work, blocks(batch * length), threads)
+    out = out.reshape(batch, length, width)
+    if project and config.projection == "after":
+        out = out @ weights.projection_weight.T + weights.projection_bias  # (B, L, H)
+    return out if inputs.input_ids.ndim == 2 else out[0]
+
+
+def layer_norm(x: np.ndarray, weights, stats: np.ndarray) -> None:
+    """LayerNorm of the rows of x (n, E), in place; stats (n,) is scratch."""
+    hidden = x.shape[-1]
+    mean = np.add.reduce(x, axis=-1, out=stats)  # (n,)
+    mean /= hidden
+    x -= mean[:, None]  # centered
+    variance = np.einsum("ij,ij->i", x, x, out=stats)  # (n,) sums of squares
+    variance /= hidden
+    variance += weights.config.layer_norm_eps
+    x /= np.sqrt(variance, out=variance)[:, None]  # normalized
+    x *= weights.layer_norm_weight
+    if weights.layer_norm_bias is not None:
+        x += weights.layer_norm_bias
+
+
+def added_rows(weights, inputs, batch: int, length: int) -> tuple:
+    """(table, rows): what is added to each word row, as one lookup. The table holds the sum
+    of every token-type row and every position row, T x P rows (or T, or P, where the family
+    has one table; None where it has neither), and rows (B * L,) says which row each token
+    adds."""
+    types, positions = inputs.token_type_ids, inputs.position_ids
+    if types is None and positions is None:
+        return None, None
+    if types is None:
+        return weights.position_embeddings, np.broadcast_to(positions, (batch, length)).ravel()
+    if positions is None:
+        return weights.token_type_embeddings, np.asarray(types).reshape(-1)
+    pairs = type_position_table(weights)  # (T * P, E)
+    rows = np.asarray(types) * weights.config.max_position_embeddings + positions  # (B, L)
+    return pairs, np.broadcast_to(rows, (batch, length)).ravel()
+
+
+@functools.lru_cache(maxsize=4)
+def type_position_table(weights) -> np.ndarray:
+    """token_type_embeddings[t] + position_embeddings[p] for every (t, p), summed in float64
+    and rounded once: (T * P, E) float32, 3 MiB for bert-base, made once per weights."""
+    types = weights.token_type_embeddings.astype(np.float64)  # (T, E)
+    positions = weights.position_embeddings.astype(np.float64)  # (P, E)
+    return (
+        (types[:, None, :] + positions[None, :, :]).reshape(-1, types.shape[1]).astype(np.float32)
+    )
+
+
+def blocks(tokens: int) -> list[tuple[int, int]]:
+    """(start, stop) ranges of BLOCK tokens of the flattened batch."""
+    return [(start, min(start + BLOCK, tokens)) for start in range(0, tokens, BLOCK)]
+
+
+def run(work, ranges: list, threads: int | None) -> None:
+    """work(share) on `threads` threads (default: every core), all taking ranges from one
+    shared iterator, so a core slowed by something else holds up no share of fixed size.
+    NumPy releases the GIL inside take, the ufuncs and einsum. (next() on a list iterator is
+    atomic under the GIL.)"""
+    threads = min(threads or os.cpu_count() or 1, len(ranges))
+    share = iter(ranges)
     if threads == 1:
         work(share)
         return
@@ -150,3 +128,24 @@ def thread_pool(threads: int) -> ThreadPoolExecutor:
     """One pool per thread count, kept for the process: starting threads on every call cost
     about a fifth of a bert-base batch (scripts/bench.py)."""
     return ThreadPoolExecutor(threads, thread_name_prefix="npbert")
+
+
+# A forked child inherits the pool but not its threads: a call there would wait forever for
+# workers that do not exist. The child starts with no pool and makes its own.
+os.register_at_fork(after_in_child=thread_pool.cache_clear)
+
+
+def empty(shape: tuple[int, ...], like: np.ndarray) -> np.ndarray:
+    """np.empty(shape, float32) at the same offset within a 4 KiB page as `like`'s data.
+
+    For the output of the word lookup. A copy runs up to twice as slow when the array it
+    writes starts a few bytes past the one it reads, modulo 4 KiB: the CPU holds back loads
+    that look like reads of the stores just made (4K aliasing). Measured on bert-base: np.take
+    of 256 rows took 173 us instead of 92 with the output 8 to 24 bytes past the word table
+    (modulo 1 KiB, as rows are 3 KiB), and a batch on one thread 14% longer. At the table's
+    own offset, every row is written a whole number of rows from where it is read.
+    """
+    nbytes = math.prod(shape) * 4
+    buffer = np.empty(nbytes + PAGE, np.uint8)
+    start = (like.ctypes.data - buffer.ctypes.data) % PAGE
+    return buffer[start : start + nbytes].view(np.float32).reshape(shape)

@@ -29,6 +29,7 @@ import numpy as np
 
 from npbert.atomic import building_directory
 from npbert.checkpoint import INDEX_FILE, WEIGHTS_FILE, embedding_tensor_names, no_safetensors
+from npbert.config import read_config
 from npbert.errors import InputError
 
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
@@ -153,19 +154,19 @@ def download(repo_id: str, revision: str | None, full: bool) -> Fetched:
                 "downloading the whole weights file instead",
                 file=sys.stderr,
             )
-    weights = _weights_to_fetch(repo_id, commit, files)
+    weights = _weights_to_fetch(repo_id, commit, files, snapshot)
     for name in weights:
         hf_hub_download(repo_id, name, revision=commit)
     size = sum((snapshot / name).stat().st_size for name in weights)
     return Fetched(snapshot, _source(repo_id, revision, commit, False), size, size, False)
 
 
-def _weights_to_fetch(repo_id: str, commit: str, files: set[str]) -> list[str]:
+def _weights_to_fetch(repo_id: str, commit: str, files: set[str], snapshot: Path) -> list[str]:
     """The single weights file, or the index and only the shards holding the embeddings."""
     if WEIGHTS_FILE in files:
         return [WEIGHTS_FILE]
     weight_map = _weight_map(repo_id, commit)
-    names = embedding_tensor_names(weight_map, f"{repo_id}/{INDEX_FILE}")
+    _, names = embedding_tensor_names(read_config(snapshot), weight_map, f"{repo_id}/{INDEX_FILE}")
     return [INDEX_FILE, *sorted({weight_map[n] for n in names.values()})]
 
 
@@ -187,21 +188,21 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot) -> Fetched:
             source = _source(repo_id, revision, commit, True)
             return Fetched(target, source, 0, _weights_size(target), True)
         with building_directory(target) as building:
-            fetched, full_size = _write_embeddings(repo_id, commit, files, building)
+            fetched, full_size = _write_embeddings(repo_id, commit, files, snapshot, building)
             for name in SMALL_FILES:
                 if (snapshot / name).is_file():
                     shutil.copyfile(snapshot / name, building / name)
     return Fetched(target, _source(repo_id, revision, commit, True), fetched, full_size, False)
 
 
-def _write_embeddings(repo_id, commit, files, directory: Path) -> tuple[int, int]:
+def _write_embeddings(repo_id, commit, files, snapshot, directory: Path) -> tuple[int, int]:
     """Fetch the five tensors' bytes and write them, as stored, to directory/model.safetensors.
 
     Returns (bytes of headers and tensors fetched, full size of the weights file(s)).
     """
     from safetensors import TensorSpec, serialize_file
 
-    names, weight_map, headers = _locate_embeddings(repo_id, commit, files)
+    names, weight_map, headers = _locate_embeddings(repo_id, commit, files, snapshot)
     tensors, fetched, full_size = {}, 0, 0  # tensor name -> its bytes
     for shard, header in headers.items():
         data_start = 8 + _header_length(repo_id, shard, commit)
@@ -250,7 +251,7 @@ def _coalesce(ranges: list[tuple[tuple[int, int], str]]) -> list[list]:
     return groups
 
 
-def _locate_embeddings(repo_id, commit, files) -> tuple[dict, dict, dict]:
+def _locate_embeddings(repo_id, commit, files, snapshot) -> tuple[dict, dict, dict]:
     """(field -> tensor name, tensor name -> file, file -> parsed header) for the files
     holding the five tensors; huggingface_hub parses each header with a Range request."""
     from huggingface_hub import HfApi
@@ -264,7 +265,7 @@ def _locate_embeddings(repo_id, commit, files) -> tuple[dict, dict, dict]:
         weight_map = dict.fromkeys(headers[WEIGHTS_FILE].tensors, WEIGHTS_FILE)
     else:
         weight_map = _weight_map(repo_id, commit)
-    names = embedding_tensor_names(weight_map, repo_id)
+    _, names = embedding_tensor_names(read_config(snapshot), weight_map, repo_id)
     for shard in sorted({weight_map[n] for n in names.values()}):
         if shard not in headers:
             headers[shard] = api.parse_safetensors_file_metadata(repo_id, shard, revision=commit)

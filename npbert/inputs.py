@@ -1,12 +1,27 @@
-"""Checks on ids before any lookup: NumPy indexing would wrap negative ids and accept floats.
+"""Checks on the inputs before any lookup, and the family's defaults for what is not given.
 
-Each check raises InputError naming the offending value and where it is, e.g.
+NumPy indexing would wrap a negative id to a row from the end and accept floats, so every id
+is checked first. Each check raises InputError naming the value and where it is, e.g.
 "input_ids[1, 4] = -1 is out of range: word_embeddings has 30522 rows (ids 0..30521)".
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from npbert.embedding import absolute_position_ids, padded_position_ids
 from npbert.errors import InputError
+
+
+@dataclass(frozen=True, eq=False)
+class Inputs:
+    """Validated inputs of one call as intp arrays, the family's defaults filled in. Shapes as
+    given: (B, L), or (L,) for one sequence."""
+
+    input_ids: np.ndarray  # (B, L)
+    token_type_ids: np.ndarray | None  # (B, L); None where the family has no token-type table
+    position_ids: np.ndarray | None  # (L,) shared by the batch, or (B, L); None without a table
+    attention_mask: np.ndarray | None  # (B, L) of 0 and 1; None: every token is real
 
 
 def _where(name: str, index: tuple) -> str:
@@ -37,7 +52,7 @@ def check_range(name: str, ids: np.ndarray, table: str, rows: int) -> np.ndarray
     """Every id in [0, rows), else InputError naming the first one that is not."""
     bad = (ids < 0) | (ids >= rows)
     if bad.any():
-        index = tuple(np.argwhere(bad)[0]) if ids.ndim else ()
+        index = tuple(np.argwhere(bad)[0])
         value = int(ids[index])
         why = " (NumPy would silently wrap it to a row from the end)" if value < 0 else ""
         raise InputError(
@@ -47,47 +62,94 @@ def check_range(name: str, ids: np.ndarray, table: str, rows: int) -> np.ndarray
     return ids.astype(np.intp, copy=False)
 
 
-def prepare_ids(
-    input_ids,
-    token_type_ids,
-    position_ids,
-    *,
-    vocab_size: int,
-    type_vocab_size: int,
-    max_positions: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Validate ids and fill defaults: token types all 0, positions 0..L-1.
+def _same_shape(name: str, array: np.ndarray, input_ids: np.ndarray) -> np.ndarray:
+    if array.shape != input_ids.shape:
+        raise InputError(f"{name} has shape {array.shape}, but input_ids has {input_ids.shape}")
+    return array
 
-    input_ids (L,) or (B, L); token_type_ids the same shape; position_ids (L,) or the same
-    shape as input_ids. Returns (input_ids, token_type_ids, position_ids) as intp arrays.
-    """
-    input_ids = as_id_array("input_ids", input_ids)
-    length = input_ids.shape[-1]
-    if length > max_positions:
-        raise InputError(
-            f"input_ids has {length} tokens, more than max_position_embeddings ({max_positions})"
-        )
-    input_ids = check_range("input_ids", input_ids, "word_embeddings", vocab_size)
 
-    if token_type_ids is None:
-        token_type_ids = np.zeros_like(input_ids)
-    token_type_ids = as_id_array("token_type_ids", token_type_ids)
-    if token_type_ids.shape != input_ids.shape:
-        raise InputError(
-            f"token_type_ids has shape {token_type_ids.shape}, "
-            f"but input_ids has shape {input_ids.shape}"
-        )
-    token_type_ids = check_range(
-        "token_type_ids", token_type_ids, "token_type_embeddings", type_vocab_size
+def _absent(name: str, config, table: str) -> InputError:
+    return InputError(
+        f"{name} given, but {config.model_type} has no {table} table: its embedding layer "
+        f"takes none ({config.formula})"
     )
 
+
+def prepare_inputs(config, input_ids, token_type_ids, position_ids, attention_mask) -> Inputs:
+    """Validate the inputs against an EmbeddingConfig and fill in the family's defaults:
+    token types 0, positions 0..L-1 or RoBERTa's, no mask. input_ids (L,) or (B, L); the
+    others the same shape, but position_ids may be (L,) for the whole batch."""
+    ids = as_id_array("input_ids", input_ids)
+    ids = check_range("input_ids", ids, "word_embeddings", config.vocab_size)
+    return Inputs(
+        ids,
+        _token_types(config, ids, token_type_ids),
+        _positions(config, ids, position_ids),
+        _mask(attention_mask, ids),
+    )
+
+
+def _token_types(config, input_ids, token_type_ids) -> np.ndarray | None:
+    if config.type_vocab_size == 0:
+        if token_type_ids is not None:
+            raise _absent("token_type_ids", config, "token-type")
+        return None
+    if token_type_ids is None:
+        return np.zeros_like(input_ids)
+    types = _same_shape("token_type_ids", as_id_array("token_type_ids", token_type_ids), input_ids)
+    return check_range("token_type_ids", types, "token_type_embeddings", config.type_vocab_size)
+
+
+def _positions(config, input_ids, position_ids) -> np.ndarray | None:
+    length = input_ids.shape[-1]
+    if config.positions == "none":
+        if position_ids is not None:
+            raise _absent("position_ids", config, "position")
+        return None
     if position_ids is None:
-        position_ids = np.arange(length)
-    position_ids = as_id_array("position_ids", position_ids)
-    if position_ids.shape not in ((length,), input_ids.shape):
+        if config.positions == "padded":
+            return _padded(config, input_ids)
+        if length > config.max_length:
+            raise InputError(
+                f"input_ids has {length} tokens, more than max_position_embeddings "
+                f"({config.max_length})"
+            )
+        return absolute_position_ids(length)
+    positions = as_id_array("position_ids", position_ids)
+    if positions.shape not in ((length,), input_ids.shape):
         raise InputError(
-            f"position_ids has shape {position_ids.shape}; "
-            f"it must be ({length},) or {input_ids.shape} like input_ids"
+            f"position_ids has shape {positions.shape}; it must be ({length},) or "
+            f"{input_ids.shape} like input_ids"
         )
-    position_ids = check_range("position_ids", position_ids, "position_embeddings", max_positions)
-    return input_ids, token_type_ids, position_ids
+    rows = config.max_position_embeddings
+    return check_range("position_ids", positions, "position_embeddings", rows)
+
+
+def _padded(config, input_ids: np.ndarray) -> np.ndarray:
+    """RoBERTa's derived positions, after checking that every row's real tokens fit."""
+    positions = padded_position_ids(input_ids, config.padding_idx)  # (B, L) or (L,)
+    if positions.max() >= config.max_position_embeddings:
+        where = np.unravel_index(np.argmax(positions), positions.shape)[:-1]
+        real = int(positions.max()) - config.padding_idx
+        raise InputError(
+            f"{_where('input_ids', where) if where else 'input_ids'} has {real} tokens that are "
+            f"not padding, more than {config.model_type}'s positions allow ({config.max_length}"
+            f": max_position_embeddings {config.max_position_embeddings} - padding_idx "
+            f"{config.padding_idx} - 1)"
+        )
+    return positions
+
+
+def _mask(attention_mask, input_ids) -> np.ndarray | None:
+    """attention_mask: the same shape as input_ids, 1 for real tokens and 0 for padding."""
+    if attention_mask is None:
+        return None
+    mask = np.asarray(attention_mask)
+    if mask.dtype.kind not in "biuf":
+        raise InputError(f"attention_mask must be an array of 0 and 1, got dtype {mask.dtype}")
+    _same_shape("attention_mask", mask, input_ids)
+    bad = (mask != 0) & (mask != 1)
+    if bad.any():
+        index = tuple(np.argwhere(bad)[0])
+        raise InputError(f"{_where('attention_mask', index)} = {mask[index]} is not 0 or 1")
+    return mask.astype(np.intp)

@@ -5,11 +5,10 @@ from pathlib import Path
 
 import numpy as np
 
+from npbert import fast
 from npbert.checkpoint import EmbeddingWeights, load_checkpoint
-from npbert.embedding import embedding_stages
 from npbert.errors import InputError
-from npbert.fast import empty, run_blocks
-from npbert.inputs import prepare_ids
+from npbert.inputs import prepare_inputs
 
 
 def resolve(model: str | Path, *, revision: str | None = None, full: bool = False):
@@ -26,7 +25,8 @@ def resolve(model: str | Path, *, revision: str | None = None, full: bool = Fals
 def load_weights(
     model: str | Path, *, revision: str | None = None, full: bool = False
 ) -> EmbeddingWeights:
-    """The five embedding tensors of a checkpoint (local directory or Hub repo id) as float32.
+    """The embedding tensors of a checkpoint (local directory or Hub repo id) as float32, and
+    its configuration (weights.config): the family config.json's model_type names.
 
     revision: a Hub branch, tag or commit sha. full: download the whole weights file.
     """
@@ -34,16 +34,24 @@ def load_weights(
     return load_checkpoint(directory, source)
 
 
-def validated(weights: EmbeddingWeights, input_ids, token_type_ids, position_ids):
-    """The ids checked against these weights' tables, with defaults filled (npbert.inputs)."""
-    return prepare_ids(
-        input_ids,
-        token_type_ids,
-        position_ids,
-        vocab_size=weights.vocab_size,
-        type_vocab_size=weights.type_vocab_size,
-        max_positions=weights.max_position_embeddings,
-    )
+def float_dtype(dtype) -> np.dtype:
+    """float32 or float64, the two precisions npbert computes in; anything else is refused
+    (an integer dtype would truncate the weights, a complex one means nothing here)."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise InputError(f"dtype {dtype!r} is not a NumPy dtype: use float32 or float64") from None
+    if dtype not in (np.float32, np.float64):
+        raise InputError(f"dtype must be float32 or float64, got {dtype}")
+    return dtype
+
+
+def _check_weights(weights) -> None:
+    if not isinstance(weights, EmbeddingWeights):
+        raise InputError(
+            f"weights must be npbert's EmbeddingWeights (npbert.load_weights), not "
+            f"{type(weights).__name__}"
+        )
 
 
 def embed_stages(
@@ -51,29 +59,35 @@ def embed_stages(
     input_ids,
     token_type_ids=None,
     position_ids=None,
+    attention_mask=None,
     *,
     dtype: type = np.float32,
+    project: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Every stage of the layer (npbert.embedding.STAGES) for validated ids, in `dtype`.
-
-    input_ids (L,) or (B, L) int; token_type_ids the same shape (default all 0);
-    position_ids (L,) or (B, L) (default 0..L-1). Lookups (..., L, H), output (..., L, H).
+    """Every stage of the family's layer, in the order computed, in `dtype`: the readable
+    specification (npbert.embedding), the reference that `explain`, `compare` and `vectors`
+    show. Arguments as embed(); the stages are named word, token_type, position, sum,
+    projected, normalized, embeddings (each where the family has it), and with project=True
+    the projection after the module as "projected" last. Lookups (..., L, E).
     """
-    input_ids, token_type_ids, position_ids = validated(
-        weights, input_ids, token_type_ids, position_ids
+    _check_weights(weights)
+    dtype = float_dtype(dtype).type
+    inputs = prepare_inputs(weights.config, input_ids, token_type_ids, position_ids, attention_mask)
+    stages = weights.config.family.layer(
+        weights,
+        inputs.input_ids,
+        inputs.token_type_ids,
+        inputs.position_ids,
+        inputs.attention_mask,
+        dtype,
     )
-    return embedding_stages(
-        input_ids,
-        token_type_ids,
-        position_ids,
-        weights.word_embeddings,
-        weights.position_embeddings,
-        weights.token_type_embeddings,
-        weights.layer_norm_weight,
-        weights.layer_norm_bias,
-        weights.layer_norm_eps,
-        dtype=dtype,
-    )
+    if project and weights.config.projection == "after":
+        from npbert.embedding import linear
+
+        stages["projected"] = linear(
+            stages["embeddings"], weights.projection_weight, weights.projection_bias
+        )
+    return stages
 
 
 def embed(
@@ -81,35 +95,46 @@ def embed(
     input_ids,
     token_type_ids=None,
     position_ids=None,
+    attention_mask=None,
     *,
     dtype: type = np.float32,
+    project: bool = False,
     threads: int | None = None,
 ) -> np.ndarray:
-    """BERT's input embeddings: input_ids (L,) or (B, L) int -> (..., L, H) in `dtype`.
+    """The family's embedding layer: input_ids (L,) or (B, L) int -> (..., L, E) in `dtype`,
+    what transformers' `model.embeddings(input_ids, token_type_ids, position_ids)` returns
+    (DeBERTa's also takes attention_mask, and zeroes padding; other families validate the
+    mask and do not use it, as their embedding modules take none).
 
-    Token types default to 0 and positions to 0..L-1. Bad ids raise InputError (a ValueError).
-    float32 runs the fast path on `threads` threads (default: every core), bit-identical to
-    the readable embed_stages. dtype=np.float64 computes every step in float64 from the
-    stored weights: the exact reference.
+    Defaults are the family's: token types 0 where it has a table, positions 0..L-1 or
+    derived from the padding (RoBERTa). project=True also applies the projection E -> H that
+    ALBERT, ELECTRA and RoFormer apply right after the module: the result is what the first
+    encoder layer receives. Bad input raises InputError (a ValueError).
+
+    float32 runs the fast path (npbert.fast) on `threads` threads (default: every core),
+    within 2e-6 of the readable embed_stages. dtype=np.float64 computes every step in
+    float64 from the stored weights: the exact reference.
     """
-    if np.dtype(dtype) != np.float32:
-        return embed_stages(weights, input_ids, token_type_ids, position_ids, dtype=dtype)[
-            "embeddings"
-        ]
-    input_ids, token_type_ids, position_ids = validated(
-        weights, input_ids, token_type_ids, position_ids
-    )
-    batch = np.atleast_2d(input_ids), np.atleast_2d(token_type_ids)  # (B, L) each
-    out = empty((*batch[0].shape, weights.hidden_size), weights.word_embeddings)  # (B, L, H)
-    run_blocks(weights, out, *batch, position_ids, threads=threads)
-    return out.reshape(*input_ids.shape, weights.hidden_size)
+    _check_weights(weights)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+        raise InputError(f"threads must be a whole number, got {threads!r}")
+    if threads is not None and threads < 1:
+        raise InputError(f"threads must be at least 1, got {threads}")
+    if float_dtype(dtype) != np.float32:
+        stages = embed_stages(
+            weights, input_ids, token_type_ids, position_ids, attention_mask,
+            dtype=dtype, project=project,
+        )  # fmt: skip
+        return stages["projected" if "projected" in stages and project else "embeddings"]
+    inputs = prepare_inputs(weights.config, input_ids, token_type_ids, position_ids, attention_mask)
+    return fast.embed(weights, inputs, project=project, threads=threads)
 
 
 @dataclass(frozen=True, eq=False)
 class EmbedderOutput:
     """Embeddings of tokenized text with the inputs that produced them.
 
-    For a list of texts: embeddings (B, L, H) float32, the rest (B, L) int64, padded to the
+    For a list of texts: embeddings (B, L, E) float32, the rest (B, L) int64, padded to the
     longest text (attention_mask 0 on padding). For a single text the batch axis is dropped.
     """
 
@@ -124,6 +149,22 @@ class Embedder:
     """A tokenizer and the embedding weights of one checkpoint: text in, embeddings out."""
 
     def __init__(self, weights: EmbeddingWeights, tokenizer):
+        from npbert.tokenize import Tokenizer
+
+        _check_weights(weights)
+        if not isinstance(tokenizer, Tokenizer):
+            raise InputError(
+                f"tokenizer must be npbert.tokenize.Tokenizer (load_tokenizer), not "
+                f"{type(tokenizer).__name__}"
+            )
+        config = weights.config
+        if config.positions == "padded" and tokenizer.pad_token_id != config.padding_idx:
+            # Positions count the tokens that are not padding_idx: with another pad id,
+            # padding would be counted as text.
+            raise InputError(
+                f"the tokenizer pads with id {tokenizer.pad_token_id}, but {config.model_type}'s "
+                f"positions treat id {config.padding_idx} as padding"
+            )
         self.weights = weights
         self.tokenizer = tokenizer
 
@@ -135,20 +176,26 @@ class Embedder:
         from npbert.tokenize import load_tokenizer
 
         directory, source = resolve(model, revision=revision, full=full)
-        return cls(load_checkpoint(directory, source), load_tokenizer(directory))
+        weights = load_checkpoint(directory, source)
+        tokenizer = load_tokenizer(
+            directory,
+            vocab_txt=weights.config.family.vocab_txt,
+            pad_token_id=weights.config.pad_token_id,
+        )
+        return cls(weights, tokenizer)
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, *, truncation=False):
         """Tokenize a batch: npbert.tokenize.Encoding with (B, L) arrays."""
-        from npbert.tokenize import encode
-
-        return encode(
-            self.tokenizer,
-            texts,
-            pairs,
-            max_length=self.weights.max_position_embeddings,
-            pad_token_id=self.weights.pad_token_id,
-            truncation=truncation,
+        encodings = self.tokenizer.encode_batch(
+            texts, pairs, max_length=self.weights.config.max_length, truncation=truncation
         )
+        return self.tokenizer.pad(encodings)
+
+    def embed(self, encoding, **kwargs) -> np.ndarray:
+        """embed() of an Encoding: its token types where the family has a table, its mask."""
+        types = encoding.token_type_ids if self.weights.config.type_vocab_size else None
+        mask = encoding.attention_mask
+        return embed(self.weights, encoding.input_ids, types, attention_mask=mask, **kwargs)
 
     def __call__(
         self,
@@ -166,8 +213,12 @@ class Embedder:
             pairs = None if pairs is None else [pairs]
         pairs = None if pairs is None else list(pairs)
         encoding = self.encode(list(texts), pairs, truncation=truncation)
-        embeddings = embed(self.weights, encoding.input_ids, encoding.token_type_ids)
-        arrays = (embeddings, encoding.input_ids, encoding.token_type_ids, encoding.attention_mask)
+        arrays = (
+            self.embed(encoding),
+            encoding.input_ids,
+            encoding.token_type_ids,
+            encoding.attention_mask,
+        )
         if single:
             return EmbedderOutput(*(a[0] for a in arrays), tokens=encoding.tokens[0])
         return EmbedderOutput(*arrays, tokens=encoding.tokens)

@@ -27,8 +27,7 @@ import numpy as np
 
 from npbert.atomic import write_atomically
 from npbert.errors import InputError
-from npbert.model import Embedder, embed
-from npbert.tokenize import tokenize_batch
+from npbert.model import Embedder
 
 INDEX = "index.json"
 SHARD_FILES = ("", ".lengths", ".input_ids", ".token_type_ids")
@@ -98,11 +97,10 @@ def _tokenize(group: list[Record], embedder: Embedder, truncation: bool) -> list
         members = [i for i, r in enumerate(group) if (r.pair is not None) == paired]
         if not members:
             continue
-        encoded = tokenize_batch(
-            embedder.tokenizer,
+        encoded = embedder.tokenizer.encode_batch(
             [group[i].text for i in members],
             [group[i].pair for i in members] if paired else None,
-            max_length=embedder.weights.max_position_embeddings,
+            max_length=embedder.weights.config.max_length,
             truncation=truncation,
             names=[group[i].where for i in members],
         )
@@ -114,23 +112,14 @@ def embed_window(window: list, embedder: Embedder, batch_size: int) -> dict[str,
     """The shard's arrays: every text's token rows back to back, in input order."""
     lengths = np.array([len(encoding.ids) for _, encoding in window], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    hidden = embedder.weights.hidden_size
-    shard = np.empty((int(lengths.sum()), hidden), np.float32)
+    shard = np.empty((int(lengths.sum()), embedder.weights.config.output_size), np.float32)
     input_ids = np.concatenate([encoding.ids for _, encoding in window]).astype(np.int64)
     token_type_ids = np.concatenate([e.type_ids for _, e in window]).astype(np.int64)
     by_length = np.argsort(lengths, kind="stable")  # batches of similar lengths: little padding
     for first in range(0, len(window), batch_size):
         members = by_length[first : first + batch_size]
-        width = int(lengths[members].max())
-        # Padding by hand here: the texts are already tokenized, and each row is embedded
-        # independently of the others, so pad values only fill rows that are thrown away.
-        ids = np.full((len(members), width), embedder.weights.pad_token_id, np.int64)
-        types = np.zeros((len(members), width), np.int64)
-        for row, i in enumerate(members):
-            span = slice(starts[i], starts[i] + lengths[i])
-            ids[row, : lengths[i]] = input_ids[span]
-            types[row, : lengths[i]] = token_type_ids[span]
-        output = embed(embedder.weights, ids, types)  # (batch, width, H)
+        batch = embedder.tokenizer.pad([window[i][1] for i in members])
+        output = embedder.embed(batch)  # (batch, width, H)
         for row, i in enumerate(members):
             shard[starts[i] : starts[i] + lengths[i]] = output[row, : lengths[i]]
     return {
@@ -185,7 +174,7 @@ def embed_corpus(
     settings = {
         "format": "npbert corpus embeddings, version 1",
         "model": embedder.weights.source,
-        "hidden_size": embedder.weights.hidden_size,
+        "hidden_size": embedder.weights.config.output_size,
         "input": source,
         "input_format": input_format,
         "shard_tokens": shard_tokens,

@@ -1,12 +1,18 @@
 """Text to ids with the tokenizers library: the checkpoint's tokenizer.json, else its vocab.txt.
 
-A pair (A, B) becomes [CLS] A [SEP] B [SEP] with token_type_ids 0 for [CLS] A [SEP] and
-1 for B [SEP]. Padding and truncation stored in tokenizer.json are ignored (all-MiniLM-L6-v2's
-pads everything to 128): a batch is padded to its longest text, and a text longer than
-max_position_embeddings is an error unless truncation is asked for.
+Whatever the model (WordPiece, BPE, Unigram), the tokenizer's own post-processor lays out
+special tokens and token types: BERT's [CLS] A [SEP] B [SEP] with types 0 then 1, RoBERTa's
+<s> A </s></s> B </s> with types 0 throughout. The pad id comes from the tokenizer too, never
+a hard-coded "[PAD]". Padding and truncation stored in tokenizer.json are ignored
+(all-MiniLM-L6-v2's pads everything to 128): a batch is padded to its longest text, and a
+text longer than the model allows is an error unless truncation is asked for.
+
+A loaded tokenizer is never changed afterwards, so threads can share it: truncation uses a
+copy made once per length, and padding is done here.
 """
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,112 +20,170 @@ import numpy as np
 
 from npbert.errors import InputError
 
+# The tokenizers library raises plain Exception for a file it cannot read.
+TokenizersError = Exception
+
 
 @dataclass(frozen=True, eq=False)
 class Encoding:
     """A tokenized batch, padded to its longest text. Arrays (B, L) int64."""
 
     input_ids: np.ndarray
-    token_type_ids: np.ndarray
-    attention_mask: np.ndarray
-    tokens: list[list[str]]  # B lists of L tokens, [PAD] included
+    token_type_ids: np.ndarray  # as the tokenizer gives them; a family may not use them
+    attention_mask: np.ndarray  # 1 for tokens, 0 for padding
+    tokens: list[list[str]]  # each text's tokens, without padding
 
 
-def load_tokenizer(directory: Path):
-    """A tokenizers Tokenizer (or its BertWordPieceTokenizer), padding and truncation off."""
+class Tokenizer:
+    """A checkpoint's tokenizer and its pad id; shared safely between threads."""
+
+    def __init__(self, tokenizer, pad_token_id: int | None):
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        self.tokenizer = tokenizer  # a tokenizers.Tokenizer, never changed after this
+        self.pad_token_id = pad_token_id
+        self._truncating: dict[int, object] = {}  # max_length -> a copy that truncates
+        self._lock = threading.Lock()
+
+    def truncating(self, max_length: int):
+        """The tokenizer, copied once per max_length with truncation on."""
+        with self._lock:
+            if max_length not in self._truncating:
+                from tokenizers import Tokenizer as Library
+
+                copy = Library.from_str(self.tokenizer.to_str())
+                copy.enable_truncation(max_length=max_length)
+                self._truncating[max_length] = copy
+            return self._truncating[max_length]
+
+    def encode_batch(
+        self,
+        texts: list[str],
+        pairs: list[str] | None = None,
+        *,
+        max_length: int | None,
+        truncation: bool = False,
+        names: list[str] | None = None,
+    ) -> list:
+        """tokenizers Encodings of B texts (or B (text, pair) pairs), unpadded. `names` label
+        the texts in errors ("text 3", "input.txt line 9")."""
+        if not texts:
+            raise InputError("no text to embed")
+        _check_texts("texts", texts, names)
+        inputs = texts
+        if pairs is not None:
+            _check_texts("pairs", pairs, names)
+            if len(pairs) != len(texts):
+                raise InputError(f"{len(texts)} texts but {len(pairs)} pairs: give one per text")
+            inputs = list(zip(texts, pairs, strict=True))
+        cut = truncation and max_length is not None
+        encodings = (self.truncating(max_length) if cut else self.tokenizer).encode_batch(inputs)
+        for i, encoding in enumerate(encodings):
+            if max_length is not None and len(encoding.ids) > max_length:
+                name = names[i] if names else f"text {i}"
+                raise InputError(
+                    f"{name} has {len(encoding.ids)} tokens, more than the model's "
+                    f"{max_length}; ask for truncation (truncation=True, --truncate) to keep "
+                    f"the first {max_length}"
+                )
+        return encodings
+
+    def pad(self, encodings: list) -> Encoding:
+        """Encodings padded to the longest with the tokenizer's pad id: (B, L) arrays."""
+        lengths = [len(encoding.ids) for encoding in encodings]
+        longest = max(lengths)
+        if min(lengths) < longest and self.pad_token_id is None:
+            raise InputError("texts of different lengths need padding, and the tokenizer has "
+                             "no pad token")  # fmt: skip
+        shape = (len(encodings), longest)
+        input_ids = np.full(shape, self.pad_token_id or 0, np.int64)
+        token_type_ids = np.zeros(shape, np.int64)
+        attention_mask = np.zeros(shape, np.int64)
+        for row, (encoding, length) in enumerate(zip(encodings, lengths, strict=True)):
+            input_ids[row, :length] = encoding.ids
+            token_type_ids[row, :length] = encoding.type_ids
+            attention_mask[row, :length] = 1
+        tokens = [list(encoding.tokens) for encoding in encodings]
+        return Encoding(input_ids, token_type_ids, attention_mask, tokens)
+
+
+def _check_texts(name: str, texts: list, names: list[str] | None) -> None:
+    for i, text in enumerate(texts):
+        label = names[i] if names else f"{name}[{i}]"
+        if not isinstance(text, str):
+            raise InputError(f"{label} is {type(text).__name__}, not a string")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate, from bad bytes upstream
+            raise InputError(
+                f"{label} is not valid Unicode: {error.reason} at character {error.start}"
+            ) from None
+
+
+def load_tokenizer(directory: Path, *, vocab_txt: bool, pad_token_id: int | None) -> Tokenizer:
+    """The checkpoint's tokenizer.json, or, where the family uses BERT's tokenizer
+    (vocab_txt), its vocab.txt as the tokenizers library's BertWordPieceTokenizer.
+    The pad id: tokenizer.json's, tokenizer_config.json's pad_token, else pad_token_id."""
     tokenizer_json = directory / "tokenizer.json"
-    vocab_txt = directory / "vocab.txt"
+    vocab = directory / "vocab.txt"
     if tokenizer_json.is_file():
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer as Library
 
-        tokenizer = Tokenizer.from_file(str(tokenizer_json))
-    elif vocab_txt.is_file():
-        from tokenizers import BertWordPieceTokenizer
-
-        tokenizer = BertWordPieceTokenizer(str(vocab_txt), lowercase=_lowercase(directory))
+        try:
+            tokenizer = Library.from_file(str(tokenizer_json))
+        except TokenizersError as error:
+            raise InputError(f"{tokenizer_json} is not a tokenizer the tokenizers library reads: "
+                             f"{str(error).splitlines()[0]}") from None  # fmt: skip
+    elif vocab.is_file() and vocab_txt:
+        tokenizer = _wordpiece(vocab, _lowercase(directory))
     else:
-        raise InputError(f"{directory} has neither tokenizer.json nor vocab.txt")
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return tokenizer
+        wanted = "tokenizer.json or vocab.txt" if vocab_txt else "tokenizer.json"
+        raise InputError(f"{directory} has no {wanted}")
+    return Tokenizer(tokenizer, _pad_id(tokenizer, directory, pad_token_id))
+
+
+def _wordpiece(vocab: Path, lowercase: bool):
+    """BERT's WordPiece tokenizer from vocab.txt, which must hold [CLS], [SEP] and [UNK]."""
+    from tokenizers import BertWordPieceTokenizer
+
+    try:
+        words = vocab.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise InputError(f"{vocab} is not UTF-8 text") from None
+    missing = [token for token in ("[CLS]", "[SEP]", "[UNK]") if token not in words]
+    if missing:
+        raise InputError(f"{vocab} lacks {', '.join(missing)}: it is not a BERT vocabulary")
+    return BertWordPieceTokenizer(str(vocab), lowercase=lowercase)
+
+
+def _tokenizer_config(directory: Path) -> dict:
+    path = directory / "tokenizer_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise InputError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path} must hold a JSON object")
+    return config
 
 
 def _lowercase(directory: Path) -> bool:
     """do_lower_case from tokenizer_config.json; BERT's uncased default when it is absent."""
-    path = directory / "tokenizer_config.json"
-    if path.is_file():
-        return bool(json.loads(path.read_text(encoding="utf-8")).get("do_lower_case", True))
-    return True
+    lowercase = _tokenizer_config(directory).get("do_lower_case", True)
+    if not isinstance(lowercase, bool):
+        raise InputError(f"{directory / 'tokenizer_config.json'}: do_lower_case must be a bool")
+    return lowercase
 
 
-def _check_texts(name: str, texts: list) -> None:
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise InputError(f"{name}[{i}] is {type(text).__name__}, not a string")
-
-
-def tokenize_batch(
-    tokenizer,
-    texts: list[str],
-    pairs: list[str] | None = None,
-    *,
-    max_length: int,
-    truncation: bool = False,
-    pad_token_id: int | None = None,
-    names: list[str] | None = None,
-) -> list:
-    """tokenizers Encodings of B texts (or B (text, pair) pairs), padded to the longest when
-    pad_token_id is given. `names` label the texts in errors ("text 3", "input.txt line 9")."""
-    if not texts:
-        raise InputError("no text to embed")
-    _check_texts("texts", texts)
-    if pairs is not None:
-        _check_texts("pairs", pairs)
-        if len(pairs) != len(texts):
-            raise InputError(f"{len(texts)} texts but {len(pairs)} pairs: give one pair per text")
-    inputs = texts if pairs is None else list(zip(texts, pairs, strict=True))
-    if truncation:
-        tokenizer.enable_truncation(max_length=max_length)
-    if pad_token_id is not None:
-        pad_token = tokenizer.id_to_token(pad_token_id) or "[PAD]"
-        tokenizer.enable_padding(pad_id=pad_token_id, pad_token=pad_token)
-    try:
-        encodings = tokenizer.encode_batch(inputs)
-    finally:
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
-    for i, encoding in enumerate(encodings):
-        length = sum(encoding.attention_mask)
-        if length > max_length:
-            name = names[i] if names else f"text {i}"
-            raise InputError(
-                f"{name} has {length} tokens, more than max_position_embeddings ({max_length}); "
-                f"ask for truncation (truncation=True, --truncate) to keep the first {max_length}"
-            )
-    return encodings
-
-
-def encode(
-    tokenizer,
-    texts: list[str],
-    pairs: list[str] | None = None,
-    *,
-    max_length: int,
-    pad_token_id: int,
-    truncation: bool = False,
-) -> Encoding:
-    """Tokenize B texts (or B (text, pair) pairs) into ids padded to the longest, (B, L) each."""
-    encodings = tokenize_batch(
-        tokenizer,
-        texts,
-        pairs,
-        max_length=max_length,
-        truncation=truncation,
-        pad_token_id=pad_token_id,
-    )
-    return Encoding(
-        input_ids=np.array([e.ids for e in encodings], dtype=np.int64),
-        token_type_ids=np.array([e.type_ids for e in encodings], dtype=np.int64),
-        attention_mask=np.array([e.attention_mask for e in encodings], dtype=np.int64),
-        tokens=[list(e.tokens) for e in encodings],
-    )
+def _pad_id(tokenizer, directory: Path, fallback: int | None) -> int | None:
+    """The pad token's id as the tokenizer knows it, else config.json's pad_token_id."""
+    if tokenizer.padding is not None:
+        return tokenizer.padding["pad_id"]
+    pad = _tokenizer_config(directory).get("pad_token")
+    if isinstance(pad, dict):
+        pad = pad.get("content")
+    if isinstance(pad, str) and tokenizer.token_to_id(pad) is not None:
+        return tokenizer.token_to_id(pad)
+    return fallback

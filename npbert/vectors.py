@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from npbert.atomic import building_directory
-from npbert.embedding import STAGES
 from npbert.errors import InputError
 from npbert.model import Embedder, embed_stages
 
@@ -22,37 +21,44 @@ QUESTION = "Why are BERT's position embeddings learned?"
 PASSAGE = "The authors chose learned absolute position embeddings over fixed sinusoids."
 TOLERANCE = {"float32": {"atol": 1e-5, "rtol": 0.0}, "float64": {"atol": 1e-12, "rtol": 0.0}}
 STAGE_MEANING = {
-    "word": "word_embeddings[input_ids], (B, L, H)",
-    "position": "position_embeddings[position_ids], (L, H) shared by the batch",
-    "token_type": "token_type_embeddings[token_type_ids], (B, L, H)",
-    "sum": "word + token_type + position, (B, L, H)",
-    "normalized": "(sum - mean) / sqrt(var + layer_norm_eps) over H, before gamma/beta",
-    "embeddings": "normalized * gamma + beta: the layer's output, (B, L, H)",
+    "word": "word_embeddings[input_ids], (B, L, E)",
+    "token_type": "token_type_embeddings[token_type_ids], (B, L, E)",
+    "position": "position_embeddings[position_ids], (L, E) shared by the batch, or (B, L, E)",
+    "sum": "the lookups added in the order of the manifest's formula, (B, L, E)",
+    "projected": "Linear to the hidden size H: DeBERTa's embed_proj before the norm, or the "
+    "projection ALBERT, ELECTRA and RoFormer apply after the layer, (B, L, H)",
+    "normalized": "(x - mean) / sqrt(var + layer_norm_eps) over the last axis, before gamma/beta",
+    "embeddings": "normalized * gamma (+ beta): the layer's output (DeBERTa: times attention_mask)",
 }
 FORMAT = """# npbert conformance vectors
 
 One folder per case. Each holds the inputs
 
     input_ids.npy       (B, L) int64
-    token_type_ids.npy  (B, L) int64
-    position_ids.npy    (L,)   int64, 0..L-1
+    token_type_ids.npy  (B, L) int64, where the family has a token-type table
+    position_ids.npy    (L,) or (B, L) int64, the positions looked up (RoBERTa's are derived
+                        from the padding), where the family has a position table
     attention_mask.npy  (B, L) int64, for cases made from text (0 marks padding)
 
-and every stage of BERT's embedding layer, in float32 and in float64:
+and every stage of the family's embedding layer that it has (manifest.json: "stages"), in
+float32 and in float64:
 
-    word.*.npy          word_embeddings[input_ids]                      (B, L, H)
-    position.*.npy      position_embeddings[position_ids]               (L, H)
-    token_type.*.npy    token_type_embeddings[token_type_ids]           (B, L, H)
-    sum.*.npy           word + token_type + position                    (B, L, H)
-    normalized.*.npy    (sum - mean) / sqrt(var + eps), over H          (B, L, H)
-    embeddings.*.npy    normalized * gamma + beta: the output           (B, L, H)
+    word.*.npy          word_embeddings[input_ids]                      (B, L, E)
+    token_type.*.npy    token_type_embeddings[token_type_ids]           (B, L, E)
+    position.*.npy      position_embeddings[position_ids]               (L, E) or (B, L, E)
+    sum.*.npy           the lookups, added in the family's order        (B, L, E)
+    projected.*.npy     a projection to the hidden size (DeBERTa: before the norm;
+                        ALBERT, ELECTRA, RoFormer: after the layer)     (B, L, H)
+    normalized.*.npy    (x - mean) / sqrt(var + eps), over the last axis
+    embeddings.*.npy    normalized * gamma (+ beta): the output
 
 float64 files are computed in float64 from the stored weights: the exact reference. float32
 files are what a float32 implementation should produce. Padding positions are embedded like
-any other (BERT's embedding layer ignores the attention mask). manifest.json lists every file
-with its shape and dtype, the tolerances (max absolute difference) and the sha256 of the
-checkpoint's weights file(s). `.npy` is NumPy's simple format: a header, then raw
-little-endian data in C order; readers exist for most languages.
+any other (only DeBERTa's embedding layer uses the attention mask, to zero them).
+manifest.json gives the model_type and its formula, lists every file with its shape and
+dtype, the tolerances (max absolute difference) and the sha256 of the checkpoint's weights
+file(s). `.npy` is NumPy's simple format: a header, then raw little-endian data in C order;
+readers exist for most languages.
 
 To check an implementation: for each case, feed it the inputs, and compare each stage you can
 expose with the float64 file within the manifest's float32 tolerance. The first stage that
@@ -61,8 +67,8 @@ disagrees is where the bug is. `npbert compare` does this for one output file.
 
 
 def cases(embedder: Embedder) -> dict[str, dict]:
-    """name -> {description, input_ids, token_type_ids, [attention_mask], [texts]}."""
-    weights, tokenizer = embedder.weights, embedder.tokenizer
+    """name -> {description, input_ids, [token_type_ids], [attention_mask], [texts]}."""
+    config, tokenizer = embedder.weights.config, embedder.tokenizer.tokenizer
 
     def text(description, texts, pairs=None, truncation=False):
         encoding = embedder.encode(texts, pairs, truncation=truncation)
@@ -75,40 +81,49 @@ def cases(embedder: Embedder) -> dict[str, dict]:
             "attention_mask": encoding.attention_mask,
         }
 
-    def special(token: str) -> int:
-        token_id = tokenizer.token_to_id(token)
-        if token_id is None:
-            raise InputError(f"the tokenizer has no {token} token")
-        return token_id
+    def ids(description, input_ids, token_type_ids=None):
+        input_ids = np.array([input_ids])
+        types = np.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        return {"description": description, "input_ids": input_ids, "token_type_ids": types}
 
-    cls, sep, pad = special("[CLS]"), special("[SEP]"), weights.pad_token_id
-    middle = embedder.encode([SEEDS[0]]).input_ids[0, 1:-1]
-    types = weights.type_vocab_size
-    made = {f"seed{i}": text(f"the seeds' sentence {i}", [s]) for i, s in enumerate(SEEDS)}
-    made["pair"] = text("a question/passage pair: types 0 then 1", [QUESTION], [PASSAGE])
-    made["padded_batch"] = text("the seeds' sentences, padded to the longest", SEEDS)
+    first, last = _frame(tokenizer)  # the special ids around a single text
+    middle = embedder.encode([SEEDS[0]]).input_ids[0, len(first) : -len(last) or None].tolist()
+    made = {
+        f"seed{i}": text(f"a well-known example sentence ({i})", [s]) for i, s in enumerate(SEEDS)
+    }
+    made["pair"] = text("a question/passage pair", [QUESTION], [PASSAGE])
+    made["padded_batch"] = text("the example sentences, padded to the longest", SEEDS)
+    length = config.max_length or 512
     made["longest"] = text(
-        f"the longest allowed sequence: {weights.max_position_embeddings} tokens",
-        [" ".join([PASSAGE] * weights.max_position_embeddings)],
+        f"the longest allowed sequence: {length} tokens",
+        [" ".join([PASSAGE] * length)],
         truncation=True,
     )
-    ids = np.array([[cls, *middle, sep]])
-    made["every_token_type"] = {
-        "description": f"token types cycling through all {types}",
-        "input_ids": ids,
-        "token_type_ids": np.arange(ids.size)[None] % types,
-    }
-    made["repeated_tokens"] = {
-        "description": "one token repeated: rows differ only by position",
-        "input_ids": np.array([[cls, *[middle[0]] * 14, sep]]),
-        "token_type_ids": np.zeros((1, 16), dtype=np.int64),
-    }
-    made["special_tokens"] = {
-        "description": "[CLS], [SEP], [UNK], [MASK] and [PAD] ids",
-        "input_ids": np.array([[cls, special("[UNK]"), special("[MASK]"), sep, pad, pad]]),
-        "token_type_ids": np.zeros((1, 6), dtype=np.int64),
-    }
+    sequence = [*first, *middle, *last]
+    if config.type_vocab_size:
+        made["every_token_type"] = ids(
+            f"token types cycling through all {config.type_vocab_size}",
+            sequence,
+            np.arange(len(sequence))[None] % config.type_vocab_size,
+        )
+    made["repeated_tokens"] = ids(
+        "one token repeated: rows differ only by position", [*first, *[middle[0]] * 14, *last]
+    )
+    special = sorted(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special)
+    pad = [] if embedder.tokenizer.pad_token_id is None else [embedder.tokenizer.pad_token_id] * 2
+    made["special_tokens"] = ids(
+        "every special token of the tokenizer, then two pads", [*special[:16], *pad]
+    )
     return made
+
+
+def _frame(tokenizer) -> tuple[list[int], list[int]]:
+    """The special token ids the tokenizer puts before and after a single text."""
+    encoding = tokenizer.encode("x")
+    marks = encoding.special_tokens_mask
+    start = marks.index(0)
+    end = len(marks) - marks[::-1].index(0)
+    return encoding.ids[:start], encoding.ids[end:]
 
 
 def sha256(path: Path) -> str:
@@ -127,39 +142,55 @@ def write_vectors(embedder: Embedder, directory: Path) -> dict:
         raise InputError(f"--out {directory}: directory {directory.parent} does not exist")
     weights = embedder.weights
     manifest = {
-        "format": "npbert conformance vectors, version 1 (FORMAT.md)",
+        "format": "npbert conformance vectors, version 2 (FORMAT.md)",
         "model": weights.source,
+        "model_type": weights.config.model_type,
+        "formula": weights.config.formula,
         "weights_sha256": {path.name: sha256(path) for path in weights.files},
-        "layer_norm_eps": weights.layer_norm_eps,
+        "layer_norm_eps": weights.config.layer_norm_eps,
         "tolerance": TOLERANCE,
-        "stages": STAGE_MEANING,
+        "stages": {},
         "cases": {},
     }
     with building_directory(directory) as building:
         for name, case in cases(embedder).items():
             manifest["cases"][name] = _write_case(weights, building / name, case)
+        written = {
+            Path(f).stem.split(".")[0] for c in manifest["cases"].values() for f in c["files"]
+        }
+        manifest["stages"] = {k: v for k, v in STAGE_MEANING.items() if k in written}
         (building / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         (building / "FORMAT.md").write_text(FORMAT)
     return manifest
 
 
-def _write_case(weights, folder: Path, case: dict) -> dict:
-    input_ids, token_type_ids = case["input_ids"], case["token_type_ids"]
+def _arrays(weights, case: dict) -> dict[str, np.ndarray]:
+    """The case's inputs as the layer used them and every stage in float32 and float64."""
+    from npbert.inputs import prepare_inputs
+
+    types = case["token_type_ids"] if weights.config.type_vocab_size else None
+    mask = case.get("attention_mask")
+    used = prepare_inputs(weights.config, case["input_ids"], types, None, mask)
     arrays = {
-        "input_ids": input_ids,
-        "token_type_ids": token_type_ids,
-        "position_ids": np.arange(input_ids.shape[-1]),
+        "input_ids": used.input_ids,
+        "token_type_ids": used.token_type_ids,
+        "position_ids": used.position_ids,
+        "attention_mask": used.attention_mask,
     }
-    if "attention_mask" in case:
-        arrays["attention_mask"] = case["attention_mask"]
-    arrays = {name: np.asarray(a, dtype=np.int64) for name, a in arrays.items()}
+    arrays = {name: np.asarray(a, np.int64) for name, a in arrays.items() if a is not None}
     for dtype in (np.float32, np.float64):
-        stages = embed_stages(weights, input_ids, token_type_ids, dtype=dtype)
-        arrays.update({f"{stage}.{np.dtype(dtype).name}": stages[stage] for stage in STAGES})
+        stages = embed_stages(
+            weights, case["input_ids"], types, None, mask, dtype=dtype, project=True
+        )
+        arrays.update({f"{stage}.{np.dtype(dtype).name}": a for stage, a in stages.items()})
+    return arrays
+
+
+def _write_case(weights, folder: Path, case: dict) -> dict:
     folder.mkdir()
     described = {k: case[k] for k in ("description", "texts", "pairs") if case.get(k)}
     described["files"] = {}
-    for name, array in arrays.items():
+    for name, array in _arrays(weights, case).items():
         np.save(folder / f"{name}.npy", array)
         described["files"][f"{folder.name}/{name}.npy"] = {
             "shape": list(array.shape),

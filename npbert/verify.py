@@ -2,9 +2,9 @@
 
 The reference is npbert in float64 (every step in float64 from the stored weights); npbert's
 float32 output is reported beside it. A candidate passes when every stage it provides is
-within atol + rtol * |reference| of the float64 reference, in the order of the layer:
-word, position, token_type lookups, their sum, the normalized sum, the output. The first stage
-that does not is where the bug is.
+within atol + rtol * |reference| of the float64 reference, in the order the family computes
+them: the lookups (word, token_type, position), their sum, a projection, the normalized sum,
+the output (and a projection after it). The first stage that does not is where the bug is.
 """
 
 import json
@@ -13,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from npbert.embedding import STAGES
 from npbert.errors import InputError
+
+# Every stage name a family may have (npbert.embedding), for reading a candidate's arrays.
+STAGES = ("word", "token_type", "position", "sum", "projected", "normalized", "embeddings")
 
 DEFAULT_ATOL = 1e-5  # what Hugging Face's and ONNX export checks use
 DEFAULT_RTOL = 0.0
@@ -41,7 +43,7 @@ def load_candidate(path: Path) -> dict[str, np.ndarray]:
             arrays = data if isinstance(data, dict) else {"embeddings": data}
         else:
             raise InputError(f"candidate {path}: use .npy, .npz, .safetensors or .json")
-    except (ValueError, TypeError, OSError, EOFError) as error:
+    except (ValueError, TypeError, OSError, EOFError, RecursionError) as error:
         if isinstance(error, InputError):
             raise
         raise InputError(f"candidate {path}: cannot read it ({error})") from None
@@ -51,9 +53,11 @@ def load_candidate(path: Path) -> dict[str, np.ndarray]:
 
 
 def _as_float(path: Path, key: str, value) -> np.ndarray:
+    if isinstance(value, np.ndarray) and value.dtype.kind == "c":
+        raise InputError(f"candidate {path}: '{key}' is complex; embeddings are real numbers")
     try:
         array = np.asarray(value, dtype=np.float64)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError, RecursionError):
         raise InputError(f"candidate {path}: '{key}' is not a numeric array") from None
     if array.ndim == 0:
         raise InputError(f"candidate {path}: '{key}' is a scalar, not an array")
@@ -75,16 +79,19 @@ class StageResult:
     worst: dict = field(default_factory=dict)  # index, candidate, reference, npbert_float32
 
 
-def _align(candidate: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
-    """expected broadcast to the candidate's shape (a missing batch axis of 1, positions shared
-    across the batch), or None when the shapes disagree."""
-    shapes = [candidate.shape, *([candidate.shape[1:]] if candidate.shape[:1] == (1,) else [])]
-    for shape in shapes:
-        try:
-            if np.broadcast_shapes(expected.shape, shape) == shape:
-                return np.broadcast_to(expected, candidate.shape)
-        except ValueError:
-            pass
+def _align(name: str, candidate: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
+    """expected in the candidate's shape, or None when the shapes disagree. Shapes must match
+    exactly, but for a batch axis of 1 that one of the two lacks, and position rows that the
+    reference shares across the batch, (L, E), and the candidate gives per sequence."""
+    if candidate.shape == expected.shape:
+        return expected
+    if expected.shape[:1] == (1,) and candidate.shape == expected.shape[1:]:
+        return expected[0]
+    if candidate.shape[:1] == (1,) and candidate.shape[1:] == expected.shape:
+        return expected[None]
+    shared = name == "position" and expected.ndim == 2 and candidate.ndim == 3
+    if shared and candidate.shape[1:] == expected.shape:
+        return np.broadcast_to(expected, candidate.shape)
     return None
 
 
@@ -100,10 +107,10 @@ def _errors(candidate: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, fl
 
 
 def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> StageResult:
-    expected = _align(candidate, reference64)
+    expected = _align(name, candidate, reference64)
     if expected is None:
         return StageResult(name, False, (candidate.shape, reference64.shape))
-    expected32 = np.broadcast_to(reference32, candidate.shape)
+    expected32 = _align(name, candidate, reference32)
     error, max_rel = _errors(candidate, expected)
     error32, max_rel32 = _errors(candidate, expected32)
     worst = np.unravel_index(np.argmax(error), error.shape)
@@ -141,9 +148,15 @@ def cosines(candidate: np.ndarray, reference64: np.ndarray) -> np.ndarray:
 def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol) -> dict:
     """The full report: every provided stage in order, the first that disagrees, and for the
     output its float32 ULP error and per-token cosine similarity."""
+    unknown = sorted(set(candidate) - set(reference64))
+    if unknown:
+        raise InputError(
+            f"the candidate has {', '.join(unknown)}, which this family does not compute "
+            f"(its stages: {', '.join(reference64)})"
+        )
     stages = [
         compare_stage(name, candidate[name], reference64[name], reference32[name], atol, rtol)
-        for name in STAGES
+        for name in reference64
         if name in candidate
     ]
     first_bad = next((s.name for s in stages if not s.ok), None)
@@ -153,9 +166,9 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
         "first_disagreeing_stage": first_bad,
         "stages": {s.name: _stage_dict(s) for s in stages},
     }
-    output = stages[-1]  # load_candidate requires the embeddings, the last stage
+    output = next(s for s in stages if s.name == "embeddings")  # load_candidate requires it
     if output.shape_ok:
-        expected = _align(candidate["embeddings"], reference64["embeddings"])
+        expected = _align("embeddings", candidate["embeddings"], reference64["embeddings"])
         ulp = ulps(candidate["embeddings"], expected)
         ulp[np.isnan(ulp)] = np.inf
         cos = cosines(candidate["embeddings"], expected)  # (..., L)

@@ -11,7 +11,7 @@ from safetensors.numpy import load_file, save_file
 
 import npbert
 from npbert.cli import main
-from npbert.embedding import STAGES
+from npbert.verify import STAGES
 from npbert.verify import ulps
 
 

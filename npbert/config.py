@@ -1,0 +1,223 @@
+"""config.json, read and checked: which family the checkpoint is, and the layer's settings.
+
+Every field npbert uses is checked for its type and range before it is used, because a wrong
+value computes silently: a NaN or negative layer_norm_eps gives NaN everywhere, `true` gives 1,
+a huge one gives every token the same output. Sizes are taken from the tensors themselves,
+and a size config.json states must agree with them.
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from npbert.errors import InputError
+from npbert.families import BERT, FAMILIES, REFUSED, Family
+
+CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    """What the embedding layer of one checkpoint is, apart from its weights."""
+
+    model_type: str  # config.json's, e.g. "xlm-roberta"; npbert.families.FAMILIES has its row
+    vocab_size: int  # V, rows of the word table
+    embedding_size: int  # E, the width of the tables
+    hidden_size: int  # H, the model's width: E, but where a projection maps E -> H
+    max_position_embeddings: int | None  # P, rows of the position table; None without one
+    type_vocab_size: int  # T, rows of the token-type table; 0 without one
+    layer_norm_eps: float
+    pad_token_id: int | None
+    positions: str  # "absolute": 0..L-1; "padded": RoBERTa's, from padding_idx; "none"
+    padding_idx: int | None  # where positions == "padded"
+    max_length: int | None  # tokens a sequence may have (None: no limit in the layer)
+    word_scale: float = 1.0  # BigBird with rescale_embeddings: sqrt(H)
+    projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer), "inside"
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.model_type]
+
+    @property
+    def formula(self) -> str:
+        return self.family.formula
+
+    @property
+    def output_size(self) -> int:
+        """The width of the layer's output: E, or H after DeBERTa's projection."""
+        return self.hidden_size if self.projection == "inside" else self.embedding_size
+
+
+def read_config(directory: Path) -> dict:
+    """config.json as a dict, or InputError."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise InputError(f"{directory} has no {CONFIG_FILE}: npbert needs it to know the model")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise InputError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{path} must hold a JSON object, not {type(raw).__name__}")
+    return raw
+
+
+def identify(raw: dict, tensor_names, where: str) -> str:
+    """The model_type: config.json's when it names a family npbert implements, else InputError.
+    A config without one is BERT only when the tensors are BERT's and nothing else's."""
+    model_type = raw.get("model_type")
+    if model_type is None:
+        names = set(tensor_names)
+        for prefix in ("", "bert."):
+            if all(prefix + n[0] in names for n in BERT.values()):
+                return "bert"
+        raise InputError(
+            f"{where} has no model_type and its tensors are not BERT's: add the model_type "
+            f"(one of {', '.join(sorted(FAMILIES))})"
+        )
+    if not isinstance(model_type, str):
+        raise InputError(f"{where}: model_type is {model_type!r}, not a string")
+    if model_type in REFUSED:
+        raise InputError(f"{where}: model_type {model_type!r} is refused: {REFUSED[model_type]}")
+    if model_type not in FAMILIES:
+        raise InputError(
+            f"{where}: model_type {model_type!r} is not supported; npbert implements "
+            f"{', '.join(sorted(FAMILIES))}"
+        )
+    family = FAMILIES[model_type]
+    for key, (value, why) in family.refuse.items():
+        if key in raw and raw[key] == value and isinstance(raw[key], type(value)):
+            raise InputError(f"{where}: {model_type} with {key}={raw[key]!r} is refused: {why}")
+    kind = raw.get("position_embedding_type", "absolute")
+    if kind != "absolute":
+        raise InputError(
+            f"{where}: position_embedding_type is {kind!r}; npbert implements learned absolute "
+            "position embeddings only (transformers 4 skipped them for relative types)"
+        )
+    return model_type
+
+
+def expected_tensors(raw: dict, model_type: str, where: str) -> list[str]:
+    """The EmbeddingWeights fields this checkpoint must have, from its config."""
+    family = FAMILIES[model_type]
+    fields = []
+    for name in family.tensors:
+        if name.startswith("projection"):
+            if not wants_projection(raw, family, where):
+                continue
+        elif name in family.optional:
+            key, default = family.optional[name]
+            if not _flag(raw, key, default, where):
+                continue
+        fields.append(name)
+    return fields
+
+
+def wants_projection(raw: dict, family: Family, where: str) -> bool:
+    if family.projection is None:
+        return False
+    hidden = _integer(raw, family.hidden_key, where)
+    embedding = _integer(raw, "embedding_size", where)
+    return family.projection_always or (None not in (hidden, embedding) and hidden != embedding)
+
+
+def make_config(
+    raw: dict, model_type: str, shapes: dict[str, tuple], where: str
+) -> EmbeddingConfig:
+    """The layer's settings from config.json, its sizes from the tensors' `shapes` (by
+    EmbeddingWeights field); every size config.json states must agree with them."""
+    family = FAMILIES[model_type]
+    vocab_size, embedding_size = shapes["word_embeddings"]
+    projected = "projection_weight" in shapes
+    hidden_size = shapes["projection_weight"][0] if projected else shapes["layer_norm_weight"][0]
+    positions = shapes.get("position_embeddings", (None,))[0]
+    types = shapes.get("token_type_embeddings", (0,))[0]
+    stated = {
+        "vocab_size": vocab_size,
+        family.hidden_key: hidden_size,
+        "embedding_size": embedding_size,
+        "max_position_embeddings": positions,
+        "type_vocab_size": types,
+    }
+    for key, size in stated.items():
+        value = _integer(raw, key, where)
+        if value is not None and size is not None and value != size:
+            raise InputError(f"{where}: {key} is {value}, but the tensors have {size}")
+    pad_token_id = _integer(raw, "pad_token_id", where, default=family.pad_default)
+    if pad_token_id is not None and pad_token_id >= vocab_size:
+        raise InputError(
+            f"{where}: pad_token_id {pad_token_id} is past the vocabulary ({vocab_size} tokens)"
+        )
+    padding_idx = position_padding_idx(family, pad_token_id, positions, where)
+    rescale = family.rescale_key is not None and _flag(raw, family.rescale_key, False, where)
+    return EmbeddingConfig(
+        model_type=model_type,
+        vocab_size=vocab_size,
+        embedding_size=embedding_size,
+        hidden_size=hidden_size,
+        max_position_embeddings=positions,
+        type_vocab_size=types,
+        layer_norm_eps=layer_norm_eps(raw, family, where),
+        pad_token_id=pad_token_id,
+        positions="none" if positions is None else family.positions,
+        padding_idx=padding_idx,
+        max_length=max_length(raw, family, positions, padding_idx, where),
+        word_scale=math.sqrt(hidden_size) if rescale else 1.0,
+        projection=family.projection if projected else None,
+    )
+
+
+def position_padding_idx(family, pad_token_id, positions, where) -> int | None:
+    """RoBERTa-style positions count from padding_idx + 1: the pad id, or MPNet's fixed 1."""
+    if family.positions != "padded" or positions is None:
+        return None
+    padding_idx = family.fixed_padding_idx if family.fixed_padding_idx is not None else pad_token_id
+    if padding_idx is None:
+        raise InputError(f"{where}: pad_token_id is missing; this model's positions count from it")
+    if padding_idx + 1 >= positions:
+        raise InputError(
+            f"{where}: padding_idx {padding_idx} leaves no positions in a table of {positions}"
+        )
+    return padding_idx
+
+
+def max_length(raw, family, positions, padding_idx, where) -> int | None:
+    """Tokens a sequence may have: the position table's rows (RoBERTa: minus padding_idx + 1,
+    so 512 of 514), or the model's stated limit where positions are rotary."""
+    if positions is None:
+        return _integer(raw, family.max_length_key, where)
+    return positions if padding_idx is None else positions - padding_idx - 1
+
+
+def layer_norm_eps(raw: dict, family: Family, where: str) -> float:
+    """A finite eps in (0, 1): config.json's, or the model's default (DistilBERT's is fixed)."""
+    if family.eps_key is None or family.eps_key not in raw:
+        return family.eps_default
+    eps = raw[family.eps_key]
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
+        raise InputError(
+            f"{where}: {family.eps_key} is {eps!r}; it must be a number between 0 and 1 "
+            "(1e-12 for BERT)"
+        )
+    return float(eps)
+
+
+def _integer(raw: dict, key: str, where: str, default: int | None = None) -> int | None:
+    """A non-negative integer field (not a bool, not 3.0), or default when absent or null."""
+    value = raw.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{where}: {key} is {value!r}; it must be a non-negative integer")
+    return value
+
+
+def _flag(raw: dict, key: str, default, where: str) -> bool:
+    """A true/false field; integers count as flags where the model tests them (type_vocab_size)."""
+    value = raw.get(key, default)
+    if isinstance(default, bool) and not isinstance(value, bool):
+        raise InputError(f"{where}: {key} is {value!r}; it must be true or false")
+    if not isinstance(default, bool):
+        return bool(_integer(raw, key, where, default))
+    return value

@@ -1,0 +1,205 @@
+"""The encoders npbert implements, as data: config.json's model_type -> Family.
+
+A family is a formula (a function in npbert.embedding) plus what is only parameters: where
+its tensors are in a checkpoint, how it numbers positions, which config.json key holds
+LayerNorm's eps and its default, and what its model's defaults are where config.json is
+silent. Each row was read from transformers' modeling and configuration files (5.x) and is
+checked against transformers' own modules on a tiny checkpoint (tests/test_families.py).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from npbert import embedding
+
+# The tensors npbert reads, by EmbeddingWeights field: their names below the model's prefix
+# ("bert.", "roberta.", ... in checkpoints saved with a head; none in a bare model). Legacy
+# names come after the current ones (bert-base-uncased stores LayerNorm.gamma/.beta).
+WORD = {"word_embeddings": ("embeddings.word_embeddings.weight",)}
+POSITION = {"position_embeddings": ("embeddings.position_embeddings.weight",)}
+TOKEN_TYPE = {"token_type_embeddings": ("embeddings.token_type_embeddings.weight",)}
+LAYER_NORM = {
+    "layer_norm_weight": ("embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma"),
+    "layer_norm_bias": ("embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta"),
+}
+BERT = WORD | POSITION | TOKEN_TYPE | LAYER_NORM
+
+
+def projection(stem: str, bias: bool = True) -> dict[str, tuple[str, ...]]:
+    """The Linear(E -> H) tensors of a model whose embedding width E differs from H."""
+    names = {"projection_weight": (f"{stem}.weight",)}
+    return names | ({"projection_bias": (f"{stem}.bias",)} if bias else {})
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one model_type's embedding layer is computed and stored."""
+
+    layer: Callable  # the formula, from npbert.embedding
+    formula: str  # as explain and the README show it
+    prefix: str  # transformers' base_model_prefix
+    tensors: dict[str, tuple[str, ...]]  # every tensor the layer may read, as above
+    positions: str = "absolute"  # "absolute": 0..L-1; "padded": RoBERTa's; "none": no table
+    fixed_padding_idx: int | None = None  # MPNet counts positions from 1, whatever pad_token_id
+    eps_key: str | None = "layer_norm_eps"  # None: fixed in the model's code
+    eps_default: float = 1e-12
+    pad_default: int | None = 0  # pad_token_id when config.json has none
+    hidden_key: str = "hidden_size"
+    max_length_key: str = "max_position_embeddings"  # the model's limit where it has no table
+    # Tensors that exist only when a config key is true (non-zero), with the key's default.
+    optional: dict[str, tuple[str, object]] = field(default_factory=dict)
+    projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer) or "inside"
+    projection_always: bool = False  # ALBERT projects even when E == H
+    rescale_key: str | None = None  # BigBird: scale the word rows by sqrt(H) when this is true
+    masks_padding: bool = False  # DeBERTa multiplies its output by attention_mask
+    vocab_txt: bool = False  # its tokenizer is BERT's WordPiece, so a vocab.txt alone will do
+    # config key -> (a value that is refused when config.json has it, why)
+    refuse: dict[str, tuple[object, str]] = field(default_factory=dict)
+
+
+ROBERTA = {"positions": "padded", "pad_default": 1}
+ROBERTA_FORMULA = "LayerNorm((W + T) + P), P at padding_idx + 1 + (real tokens before)"
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family(embedding.bert, "LayerNorm((W + T) + P)", "bert", BERT, vocab_txt=True),
+    "ernie": Family(
+        embedding.bert,
+        "LayerNorm((W + T) + P)",
+        "ernie",
+        BERT,
+        vocab_txt=True,
+        refuse={"use_task_id": (True, "it adds task-type embeddings, which npbert does not have")},
+    ),
+    "squeezebert": Family(
+        embedding.longformer, "LayerNorm((W + P) + T)", "transformer", BERT, vocab_txt=True
+    ),
+    "roberta": Family(embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA),
+    "xlm-roberta": Family(embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA),
+    "camembert": Family(embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA),
+    "longformer": Family(
+        embedding.longformer,
+        "LayerNorm((W + P) + T), P at padding_idx + 1 + (real tokens before)",
+        "longformer",
+        BERT,
+        **ROBERTA,
+    ),
+    "big_bird": Family(
+        embedding.big_bird,
+        "LayerNorm((W * sqrt(H) if rescale_embeddings) + T + P)",
+        "bert",
+        BERT,
+        rescale_key="rescale_embeddings",
+    ),
+    "distilbert": Family(
+        embedding.distilbert,
+        "LayerNorm(W + P)",
+        "distilbert",
+        WORD | POSITION | LAYER_NORM,
+        eps_key=None,  # nn.LayerNorm(config.dim, eps=1e-12) in DistilBERT's code
+        hidden_key="dim",
+        vocab_txt=True,
+    ),
+    "albert": Family(
+        embedding.bert,
+        "LayerNorm((W + T) + P) at width E, then Linear(E -> H)",
+        "albert",
+        BERT | projection("encoder.embedding_hidden_mapping_in"),
+        projection="after",
+        projection_always=True,
+    ),
+    "electra": Family(
+        embedding.bert,
+        "LayerNorm((W + T) + P) at width E, then Linear(E -> H) if E != H",
+        "electra",
+        BERT | projection("embeddings_project"),
+        projection="after",
+        vocab_txt=True,
+    ),
+    "roformer": Family(
+        embedding.roformer,
+        "LayerNorm(W + T) at width E, then Linear(E -> H) if E != H; positions are rotary",
+        "roformer",
+        WORD | TOKEN_TYPE | LAYER_NORM | projection("embeddings_project"),
+        positions="none",
+        projection="after",
+    ),
+    "mpnet": Family(
+        embedding.distilbert,
+        "LayerNorm(W + P), P at 2 + (real tokens before)",
+        "mpnet",
+        WORD | POSITION | LAYER_NORM,
+        positions="padded",
+        fixed_padding_idx=1,  # MPNetEmbeddings sets self.padding_idx = 1
+        pad_default=1,
+    ),
+    "deberta": Family(
+        embedding.deberta,
+        "LayerNorm(embed_proj(W (+ P) (+ T))) * attention_mask",
+        "deberta",
+        BERT | projection("embeddings.embed_proj", bias=False),
+        eps_default=1e-7,
+        optional={
+            "position_embeddings": ("position_biased_input", True),
+            "token_type_embeddings": ("type_vocab_size", 0),
+        },
+        projection="inside",
+        masks_padding=True,
+    ),
+    "modernbert": Family(
+        embedding.modernbert,
+        "LayerNorm(W), no bias unless norm_bias; positions are rotary",
+        "model",
+        {
+            "word_embeddings": ("embeddings.tok_embeddings.weight",),
+            "layer_norm_weight": ("embeddings.norm.weight",),
+            "layer_norm_bias": ("embeddings.norm.bias",),
+        },
+        positions="none",
+        eps_key="norm_eps",
+        eps_default=1e-5,
+        pad_default=50283,
+        optional={"layer_norm_bias": ("norm_bias", False)},
+    ),
+    "funnel": Family(
+        embedding.modernbert,
+        "LayerNorm(W); token types and positions are used in attention",
+        "funnel",
+        WORD
+        | {
+            "layer_norm_weight": ("embeddings.layer_norm.weight",),
+            "layer_norm_bias": ("embeddings.layer_norm.bias",),
+        },
+        positions="none",
+        eps_default=1e-9,
+        pad_default=None,
+        hidden_key="d_model",
+    ),
+    "nomic_bert": Family(
+        embedding.roformer,
+        "emb_ln(W + T); positions are rotary",
+        "",
+        WORD
+        | TOKEN_TYPE
+        | {"layer_norm_weight": ("emb_ln.weight",)}
+        | {"layer_norm_bias": ("emb_ln.bias",)},
+        positions="none",
+        eps_key="layer_norm_epsilon",
+        hidden_key="n_embd",
+        max_length_key="n_positions",
+        vocab_txt=True,
+        optional={"token_type_embeddings": ("type_vocab_size", 2)},
+        refuse={
+            "prenorm": (True, "its emb_ln is applied inside the first layer, not after W + T"),
+            "rotary_emb_fraction": (0, "without rotary positions it adds a position table"),
+        },
+    ),
+}
+FAMILIES["deberta-v2"] = FAMILIES["deberta"]
+
+# model_types that look close but compute something else: refused with the reason.
+REFUSED = {
+    "xlm": "XLM adds language embeddings and looks token types up in the word table",
+    "mobilebert": "MobileBERT embeds trigrams of tokens and normalizes with NoNorm",
+    "xlm-roberta-xl": "XLM-RoBERTa-XL has no LayerNorm in its embeddings (it moved to the layers)",
+    "megatron-bert": "Megatron-BERT has no LayerNorm in its embeddings (it moved to the layers)",
+}
