@@ -1,4 +1,6 @@
-"""The fast path behind embed() against the readable specification, embed_stages()."""
+"""The fast path behind embed() against the readable specification, embed_stages(), and
+against float64: within 2e-6 of the one, at least as close as torch to the other, and the
+same for a text alone or in any batch, on any number of threads."""
 
 import mmap
 
@@ -9,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import npbert
+
+FAST_TOLERANCE = 2e-6  # max |fast - readable|: they round in a different order (npbert.fast)
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +37,13 @@ def test_fast_path_equals_the_readable_one_on_random_ids(
 ):
     weights = models[model]
     rng = np.random.default_rng(seed)
-    ids = rng.integers(0, weights.vocab_size, (batch, length))
-    types = rng.integers(0, weights.type_vocab_size, (batch, length))
+    ids = rng.integers(0, weights.config.vocab_size, (batch, length))
+    types = rng.integers(0, weights.config.type_vocab_size, (batch, length))
     position_ids = rng.integers(0, 128, (batch, length)) if positions else None
     fast = npbert.embed(weights, ids, types, position_ids)
     readable = npbert.embed_stages(weights, ids, types, position_ids)["embeddings"]
     assert fast.dtype == np.float32 and fast.shape == readable.shape
-    np.testing.assert_array_equal(fast, readable)  # bit-identical, not just close
+    np.testing.assert_allclose(fast, readable, rtol=0, atol=FAST_TOLERANCE)
 
 
 def test_fast_path_equals_the_readable_one_on_real_text(models, minilm_dir):
@@ -55,7 +59,7 @@ def test_fast_path_equals_the_readable_one_on_real_text(models, minilm_dir):
     readable = npbert.embed_stages(models["minilm"], encoding.input_ids, encoding.token_type_ids)[
         "embeddings"
     ]
-    np.testing.assert_array_equal(fast, readable)
+    np.testing.assert_allclose(fast, readable, rtol=0, atol=FAST_TOLERANCE)
 
 
 def test_threads_do_not_change_the_result(models):
@@ -88,7 +92,7 @@ def test_the_output_sits_at_the_word_tables_offset_in_a_page(models):
     weights = models["minilm"]
     for shape in [(7,), (3, 100), (40, 128)]:
         out = npbert.embed(weights, np.ones(shape, np.int64))
-        assert out.shape == (*shape, weights.hidden_size) and out.dtype == np.float32
+        assert out.shape == (*shape, weights.config.output_size) and out.dtype == np.float32
         assert out.flags.c_contiguous
         assert out.ctypes.data % 4096 == weights.word_embeddings.ctypes.data % 4096
 
@@ -100,17 +104,17 @@ def test_the_output_sits_at_the_word_tables_offset_in_a_page(models):
     runs=st.integers(1, 40),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_token_types_in_runs_take_every_path_and_stay_bit_identical(
-    models, batch, length, runs, seed
-):
-    # One type per block, a few runs (sentence pairs), or many: each has its own code path.
+def test_token_types_in_runs_stay_close_and_batch_invariant(models, batch, length, runs, seed):
+    # One type per block, a few runs (sentence pairs), or many.
     rng = np.random.default_rng(seed)
     weights = models["minilm"]
-    ids = rng.integers(0, weights.vocab_size, (batch, length))
+    ids = rng.integers(0, weights.config.vocab_size, (batch, length))
     cuts = np.sort(rng.choice(np.arange(1, length), min(runs, length) - 1, replace=False))
     types = np.zeros((batch, length), np.int64)
     for i, cut in enumerate(cuts):
         types[:, cut:] = (i + 1) % 2
-    np.testing.assert_array_equal(
-        npbert.embed(weights, ids, types), npbert.embed_stages(weights, ids, types)["embeddings"]
-    )
+    together = npbert.embed(weights, ids, types)
+    readable = npbert.embed_stages(weights, ids, types)["embeddings"]
+    np.testing.assert_allclose(together, readable, rtol=0, atol=FAST_TOLERANCE)
+    for b in range(batch):
+        np.testing.assert_array_equal(npbert.embed(weights, ids[b], types[b]), together[b])

@@ -76,7 +76,7 @@ def test_any_integer_dtype_is_accepted(weights):
 )
 def test_each_token_is_layer_norm_of_its_three_rows(weights, batch, length, seed, dtype):
     rng = np.random.default_rng(seed)
-    ids = rng.integers(0, weights.vocab_size, (batch, length))
+    ids = rng.integers(0, weights.config.vocab_size, (batch, length))
     types = rng.integers(0, 2, (batch, length))
     positions = rng.integers(0, 128, (batch, length))
     output = npbert.embed(weights, ids, types, positions, dtype=dtype)
@@ -86,7 +86,7 @@ def test_each_token_is_layer_norm_of_its_three_rows(weights, batch, length, seed
         + weights.token_type_embeddings[types[b, i]]
         + weights.position_embeddings[positions[b, i]]
     )
-    x = (x - x.mean()) / np.sqrt(x.var() + weights.layer_norm_eps)
+    x = (x - x.mean()) / np.sqrt(x.var() + weights.config.layer_norm_eps)
     expected = x * weights.layer_norm_weight + weights.layer_norm_bias
     np.testing.assert_allclose(
         output[b, i], expected, rtol=0, atol=1e-5 if dtype is np.float32 else 1e-12
