@@ -70,7 +70,7 @@ def identify(raw: dict, tensor_names, where: str) -> str:
     if model_type is None:
         names = set(tensor_names)
         for prefix in ("", "bert."):
-            if all(prefix + n[0] in names for n in BERT.values()):
+            if all(any(prefix + n in names for n in legacy) for legacy in BERT.values()):
                 return "bert"
         raise InputError(
             f"{where} has no model_type and its tensors are not BERT's: add the model_type "

@@ -101,3 +101,68 @@ def test_normalize_gives_zero_mean_unit_variance(offset, scale, seed):
     variance = x.var(-1)
     np.testing.assert_allclose(y.mean(-1), 0, atol=1e-8)  # mean/std up to 1e7
     np.testing.assert_allclose(y.var(-1), variance / (variance + 1e-12), rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "dtype", [int, bool, np.uint8, np.int64, np.complex128, np.float16, "bogus"]
+)
+def test_only_float32_and_float64_are_computed(weights, dtype):
+    with pytest.raises(InputError, match="dtype"):
+        npbert.embed(weights, [2, 3], dtype=dtype)
+    with pytest.raises(InputError, match="dtype"):
+        npbert.embed_stages(weights, [2, 3], dtype=dtype)
+
+
+@pytest.mark.parametrize("threads", [-1, 0, "2", 1.5, True])
+def test_threads_must_be_a_positive_whole_number(weights, threads):
+    with pytest.raises(InputError, match="threads must be"):
+        npbert.embed(weights, [2, 3], threads=threads)
+
+
+@pytest.mark.parametrize(
+    ("mask", "message"),
+    [
+        ([1, 1, 1], r"attention_mask has shape \(3,\), but input_ids has \(2,\)"),
+        ([1, 2], r"attention_mask\[1\] = 2 is not 0 or 1"),
+        ([1, -1], r"attention_mask\[1\] = -1 is not 0 or 1"),
+        ([1.0, 0.5], r"attention_mask\[1\] = 0.5 is not 0 or 1"),
+        (["1", "0"], "attention_mask must be an array of 0 and 1"),
+    ],
+)
+def test_bad_attention_masks_are_refused(weights, mask, message):
+    with pytest.raises(InputError, match=message):
+        npbert.embed(weights, [2, 3], attention_mask=mask)
+
+
+def test_bert_validates_the_mask_and_does_not_use_it(weights):
+    # BertEmbeddings takes no mask: padding is embedded like any token (attention ignores it).
+    ids = [[2, 13, 0, 0]]
+    np.testing.assert_array_equal(
+        npbert.embed(weights, ids, attention_mask=[[1, 1, 0, 0]]), npbert.embed(weights, ids)
+    )
+
+
+@pytest.mark.parametrize("bad", [None, "weights", {"word_embeddings": np.zeros((2, 2))}])
+def test_embed_and_embedder_refuse_what_is_not_weights(bad):
+    with pytest.raises(InputError, match="weights must be npbert's EmbeddingWeights"):
+        npbert.embed(bad, [1])
+    with pytest.raises(InputError, match="must be npbert's EmbeddingWeights"):
+        npbert.Embedder(bad, None)
+
+
+def test_embedder_refuses_a_tokenizer_of_another_kind(weights):
+    with pytest.raises(InputError, match=r"tokenizer must be npbert\.tokenize\.Tokenizer"):
+        npbert.Embedder(weights, None)
+
+
+def _embed_in_child(weights):
+    return npbert.embed(weights, [[2, 13, 14, 3]] * 400, threads=2).sum()
+
+
+def test_embed_works_in_a_forked_child_after_the_parent_used_threads(weights):
+    import multiprocessing
+
+    expected = npbert.embed(weights, [[2, 13, 14, 3]] * 400, threads=2).sum()  # starts the pool
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        result = pool.apply_async(_embed_in_child, (weights,))
+        assert result.get(timeout=30) == expected  # before the fix: waited forever

@@ -1,0 +1,169 @@
+"""config.json and the index: every field npbert uses is checked, every refusal names why."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import TINY
+from safetensors.numpy import load_file, save_file
+
+import npbert
+from npbert import InputError
+from npbert.families import FAMILIES, REFUSED
+
+
+def checkpoint(tmp_path, changes=None, *, config=False, rename=None):
+    """tiny-bert with config.json changed (a key set to None is removed) or replaced."""
+    raw = json.loads((TINY / "config.json").read_text())
+    for key, value in (changes or {}).items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(raw if config is False else config))
+    shutil.copy(TINY / "vocab.txt", tmp_path / "vocab.txt")
+    tensors = load_file(str(TINY / "model.safetensors"))
+    if rename:
+        tensors = {rename(k): v for k, v in tensors.items()}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "eps", [float("nan"), -1.0, 0, float("-inf"), float("inf"), 1e300, 1.0, True, "1e-12", [0.1]]
+)
+def test_layer_norm_eps_must_be_a_small_positive_number(tmp_path, eps):
+    checkpoint(tmp_path, {"layer_norm_eps": eps})  # json writes nan and inf as NaN, Infinity
+    with pytest.raises(InputError, match=r"layer_norm_eps is .*between 0 and 1"):
+        npbert.load_weights(tmp_path)
+
+
+def test_missing_eps_takes_the_familys_default(tmp_path):
+    weights = npbert.load_weights(checkpoint(tmp_path, {"layer_norm_eps": None}))
+    assert weights.config.layer_norm_eps == 1e-12
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ([1, 2], "must hold a JSON object, not list"),
+        (None, "must hold a JSON object, not NoneType"),
+        ("bert", "must hold a JSON object, not str"),
+    ],
+)
+def test_config_that_is_not_an_object_is_refused(tmp_path, config, message):
+    checkpoint(tmp_path, config=config)
+    with pytest.raises(InputError, match=message):
+        npbert.load_weights(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"pad_token_id": -1}, "pad_token_id is -1; it must be a non-negative integer"),
+        ({"pad_token_id": "0"}, "pad_token_id is '0'"),
+        ({"pad_token_id": [0]}, r"pad_token_id is \[0\]"),
+        ({"pad_token_id": True}, "pad_token_id is True"),
+        ({"pad_token_id": 87}, "pad_token_id 87 is past the vocabulary"),
+        ({"vocab_size": "87"}, "vocab_size is '87'"),
+        ({"vocab_size": 87.0}, "vocab_size is 87.0"),
+        ({"model_type": 3}, "model_type is 3, not a string"),
+        (
+            {"model_type": "gpt2"},
+            r"model_type 'gpt2' is not supported; npbert implements .*roberta",
+        ),
+        ({"model_type": "xlm"}, "model_type 'xlm' is refused: XLM adds language embeddings"),
+        ({"model_type": "mobilebert"}, "refused: MobileBERT embeds trigrams"),
+        ({"model_type": "ernie", "use_task_id": True}, "ernie with use_task_id=True is refused"),
+        ({"position_embedding_type": "relative_key"}, "position_embedding_type is 'relative_key'"),
+    ],
+)
+def test_bad_config_fields_are_refused_by_name(tmp_path, changes, message):
+    rename = (lambda k: "ernie." + k.removeprefix("bert.")) if "use_task_id" in changes else None
+    checkpoint(tmp_path, changes, rename=rename)
+    with pytest.raises(InputError, match=message):
+        npbert.load_weights(tmp_path)
+
+
+def test_every_refused_model_type_says_why():
+    assert set(REFUSED) >= {"xlm", "mobilebert"}
+    assert not set(REFUSED) & set(FAMILIES)
+
+
+def test_without_model_type_bert_tensors_load_as_bert(tmp_path):
+    weights = npbert.load_weights(checkpoint(tmp_path, {"model_type": None}))
+    assert weights.config.model_type == "bert"
+
+
+@pytest.mark.parametrize("prefix", ["roberta.", "distilbert."])
+def test_without_model_type_other_tensors_are_refused(tmp_path, prefix):
+    checkpoint(tmp_path, {"model_type": None}, rename=lambda k: prefix + k.removeprefix("bert."))
+    with pytest.raises(InputError, match="has no model_type and its tensors are not BERT's"):
+        npbert.load_weights(tmp_path)
+
+
+def test_a_roberta_config_on_bert_tensors_is_refused(tmp_path):
+    checkpoint(tmp_path, {"model_type": "roberta"})
+    with pytest.raises(InputError, match=r"'roberta' keeps its word table in .*disagree"):
+        npbert.load_weights(tmp_path)
+
+
+def test_a_bert_checkpoint_called_roberta_gets_roberta_positions(tmp_path):
+    # Same tensor names without a prefix: the config decides, and RoBERTa numbers positions
+    # from padding_idx + 1, so its output differs from BERT's for the same ids.
+    directory = checkpoint(tmp_path, {"model_type": "roberta", "pad_token_id": 1}, rename=strip)
+    weights = npbert.load_weights(directory)
+    assert weights.config.positions == "padded" and weights.config.padding_idx == 1
+    assert weights.config.max_length == 128 - 2
+    ids = np.array([[5, 6, 7, 1, 1]])
+    stages = npbert.embed_stages(weights, ids)
+    expected = weights.position_embeddings[[2, 3, 4, 1, 1]]
+    np.testing.assert_array_equal(stages["position"][0], expected)
+
+
+def strip(name: str) -> str:
+    return name.removeprefix("bert.")
+
+
+WORD = "bert.embeddings.word_embeddings.weight"
+
+
+def write_index(tmp_path, weight_map):
+    checkpoint(tmp_path)
+    (tmp_path / "model.safetensors").rename(tmp_path / "shard.safetensors")
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(weight_map))
+
+
+@pytest.mark.parametrize(
+    ("index", "message"),
+    [
+        ([], "has no weight_map object"),
+        ({"metadata": {}}, "has no weight_map object"),
+        ({"weight_map": ["x"]}, "has no weight_map object"),
+        ({"weight_map": {WORD: 3}}, "is in 3, not a file"),
+        ({"weight_map": {WORD: "../x.safetensors"}}, "not a file of this directory"),
+        ({"weight_map": {WORD: "/tmp/x.safetensors"}}, "not a file of this directory"),
+    ],
+)
+def test_bad_indexes_are_refused(tmp_path, index, message):
+    write_index(tmp_path, index)
+    with pytest.raises(InputError, match=message):
+        npbert.load_weights(tmp_path)
+
+
+def test_invalid_index_json_is_refused(tmp_path):
+    write_index(tmp_path, {})
+    (tmp_path / "model.safetensors.index.json").write_text("{oops")
+    with pytest.raises(InputError, match="is not valid JSON"):
+        npbert.load_weights(tmp_path)
+
+
+def test_an_index_that_lies_about_a_shard_is_refused(tmp_path):
+    names = load_file(str(TINY / "model.safetensors"))
+    weight_map = dict.fromkeys(names, "shard.safetensors")
+    weight_map[WORD] = "other.safetensors"
+    write_index(tmp_path, {"weight_map": weight_map})
+    save_file({"x": np.zeros(1, np.float32)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(InputError, match=rf"puts {WORD} in other"):
+        npbert.load_weights(tmp_path)
