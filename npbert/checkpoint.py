@@ -44,7 +44,7 @@ class EmbeddingWeights:
     config: EmbeddingConfig
     word_embeddings: np.ndarray  # (V, E)
     layer_norm_weight: np.ndarray  # (E,); (H,) in DeBERTa, whose projection comes first
-    layer_norm_bias: np.ndarray | None  # like layer_norm_weight; None in ModernBERT
+    layer_norm_bias: np.ndarray | None = None  # like layer_norm_weight; None in ModernBERT
     position_embeddings: np.ndarray | None = None  # (P, E)
     token_type_embeddings: np.ndarray | None = None  # (T, E)
     projection_weight: np.ndarray | None = None  # (H, E), as torch's Linear stores it

@@ -1,23 +1,36 @@
 """The fast path behind npbert.embed: every family's layer, restructured for speed.
 
 npbert.embedding is the specification; this computes the same layer in fewer passes over
-memory: in blocks of tokens small enough to stay in cache, in place, on several threads.
-It is checked against the specification (within 2e-6) and against float64 (at torch's
-accuracy or better) in tests/test_fast.py. It is not bit-identical to the specification,
-because it rounds differently in two places:
-  - the token-type and position rows are added to each other once per (type, position) pair,
-    in float64, and rounded once, where the specification adds them one by one in float32 in
-    the family's order;
-  - the sum of squares of LayerNorm's variance comes from einsum, whose summation order is
-    not NumPy's pairwise sum.
-Lookups use take(mode="clip") because the default mode="raise" copies `out` behind the
-scenes (3x slower); the ids were checked before they got here, so clipping never moves one.
+memory, in blocks of tokens that stay in cache, in place, on several threads. It uses one
+fact about LayerNorm: centering is linear. For x = w + r, a word row w plus the rest r (the
+token-type row plus the position row), x - mean(x) = (w - mean(w)) + (r - mean(r)). With both
+kinds of rows centered ahead of time, a token is centered by one addition, and
+
+    xc  = Wc[input_ids] + Rc[token_type_ids, position_ids]      # centered rows, (n, E)
+    out = xc / sqrt(sum(xc ** 2) / E + eps) * gamma + beta
+
+Rc holds every (token type, position) pair's row, summed and centered in float64 and rounded
+once: T x P rows, 3 MiB for bert-base, made once per weights. Wc is as big as the word table,
+so a word row is centered when it is looked up, with the same float32 operations that make Wc
+for the whole table where that pays (after as many tokens as the table has rows, or for a
+corpus): either way the result is the same, bit for bit, and a text embeds identically alone
+or in any batch, on any number of threads.
+
+This rounds differently from the specification, which adds the rows one by one in the
+family's order and takes the mean of the sum: the tests hold the two within 2e-6 of each
+other, and this path at least as close as torch to the float64 reference (tests/test_fast.py,
+scripts/bench.py). DeBERTa with a projection E -> H before its LayerNorm is centered after the
+projection instead. Lookups use take(mode="clip") because the default mode="raise" copies
+`out` behind the scenes (3x slower); the ids were checked before they got here, so clipping
+never moves one.
 """
 
-import functools
 import math
 import os
+import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,94 +39,210 @@ PAGE = 4096  # bytes
 
 
 def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
-    """weights.config's layer for validated npbert.inputs.Inputs, float32, (..., L, H)."""
+    """weights.config's layer for validated npbert.inputs.Inputs, float32, (..., L, E)."""
     config = weights.config
     input_ids = np.atleast_2d(inputs.input_ids)  # (B, L)
     batch, length = input_ids.shape
-    table, rows = added_rows(weights, inputs, batch, length)  # (R, E), (B * L,) or None
-    width = config.output_size  # E, or H after DeBERTa's projection
-    out = empty((batch * length, width), weights.word_embeddings)  # (B * L, width)
-    mask = None
-    if inputs.attention_mask is not None and config.family.masks_padding:
-        mask = inputs.attention_mask.reshape(-1, 1).astype(np.float32)  # (B * L, 1)
-    inside = weights.projection_weight if config.projection == "inside" else None
-
-    def work(share) -> None:  # takes blocks from `share` until there are none left
-        scratch = np.empty((2, BLOCK, weights.word_embeddings.shape[1]), np.float32)
-        stats = np.empty(BLOCK, np.float32)
-        for start, stop in share:
-            n = stop - start
-            x = scratch[0, :n] if inside is not None else out[start:stop]  # (n, E)
-            np.take(weights.word_embeddings, input_ids.reshape(-1)[start:stop], 0, x, "clip")
-            if config.word_scale != 1.0:
-                x *= np.float32(config.word_scale)
-            if table is not None:
-                x += np.take(table, rows[start:stop], 0, scratch[1, :n], "clip")
-            if inside is not None:
-                np.matmul(x, inside.T, out=out[start:stop])  # (n, H)
-            layer_norm(out[start:stop], weights, stats[:n])
-            if mask is not None:
-                out[start:stop] *= mask[start:stop]
-
-    run(work, blocks(batch * length), threads)
-    out = out.reshape(batch, length, width)
+    plan = Plan.make(weights, inputs, batch, length)
+    out = empty((batch * length, config.output_size), plan.words)  # (B * L, E)
+    run(plan.work(out, input_ids.reshape(-1)), plan.blocks, threads)
+    note_tokens(weights, batch * length)
+    out = out.reshape(batch, length, config.output_size)
     if project and config.projection == "after":
         out = out @ weights.projection_weight.T + weights.projection_bias  # (B, L, H)
     return out if inputs.input_ids.ndim == 2 else out[0]
 
 
-def layer_norm(x: np.ndarray, weights, stats: np.ndarray) -> None:
-    """LayerNorm of the rows of x (n, E), in place; stats (n,) is scratch."""
-    hidden = x.shape[-1]
+@dataclass(frozen=True)
+class Plan:
+    """What one call does to each block of tokens."""
+
+    weights: object
+    words: np.ndarray  # (V, E): Wc, or W whose rows are centered as they are looked up
+    centered: bool  # words is Wc
+    added: np.ndarray | None  # (R, E) rows added to each token, or None
+    rows: np.ndarray | None  # (B * L,) the row of `added` each token adds
+    tile: np.ndarray | None  # (tokens in a block, E): added[rows] when every block adds it
+    mask: np.ndarray | None  # (B * L, 1) float32, for DeBERTa
+    blocks: list  # (start, stop) ranges of the flattened tokens
+    length: int  # L
+
+    @classmethod
+    def make(cls, weights, inputs, batch: int, length: int) -> "Plan":
+        inside = weights.config.projection == "inside"  # DeBERTa: center after projecting
+        added, rows = added_rows(weights, inputs, batch, length, centered=not inside)
+        blocks = plan_blocks(batch, length)
+        tile = None
+        if rows is not None and (rows.reshape(batch, length) == rows[:length]).all():
+            tile = np.take(added, np.tile(rows[:length], max(1, BLOCK // length)), 0)
+        words = None if inside else centered_words(weights)
+        mask = None
+        if inputs.attention_mask is not None and weights.config.family.masks_padding:
+            mask = inputs.attention_mask.reshape(-1, 1).astype(np.float32)
+        return cls(
+            weights,
+            weights.word_embeddings if words is None else words,
+            words is not None,
+            added,
+            rows,
+            tile,
+            mask,
+            blocks,
+            length,
+        )
+
+    def work(self, out: np.ndarray, input_ids: np.ndarray):
+        """The function each thread runs: takes (start, stop) blocks from a shared iterator
+        and writes the layer's output for them into out (B * L, width)."""
+        weights = self.weights
+        inside = weights.config.projection == "inside"
+        width = self.words.shape[1]
+
+        def work(share) -> None:
+            scratch = np.empty((2, BLOCK, width), np.float32)
+            stats = np.empty(BLOCK, np.float32)
+            for start, stop in share:
+                n = stop - start
+                x = scratch[0, :n] if inside else out[start:stop]  # (n, E)
+                np.take(self.words, input_ids[start:stop], 0, x, "clip")
+                if not (self.centered or inside):
+                    center(x, weights.config.word_scale, stats[:n])
+                self.add(x, start, stop, scratch[1])
+                if inside:
+                    np.matmul(x, weights.projection_weight.T, out=out[start:stop])  # (n, H)
+                    center(out[start:stop], 1.0, stats[:n])
+                normalize(out[start:stop], weights, stats[:n])
+                if self.mask is not None:
+                    out[start:stop] *= self.mask[start:stop]
+
+        return work
+
+    def add(self, x: np.ndarray, start: int, stop: int, scratch: np.ndarray) -> None:
+        """x += the block's token-type and position rows."""
+        if self.added is None:
+            return
+        n = stop - start
+        if self.tile is not None:
+            offset = start % self.length  # 0 but in the pieces of a sequence past BLOCK
+            x += self.tile[offset : offset + n]
+        else:
+            rows = np.take(self.added, self.rows[start:stop], 0, scratch[:n], "clip")
+            x += rows
+
+
+def center(x: np.ndarray, scale: float, stats: np.ndarray) -> None:
+    """Rows of x (n, E) minus their mean, in place, after BigBird's scale; the same float32
+    operations as centered_words, so a row comes out the same either way."""
+    if scale != 1.0:
+        x *= np.float32(scale)
     mean = np.add.reduce(x, axis=-1, out=stats)  # (n,)
-    mean /= hidden
-    x -= mean[:, None]  # centered
-    variance = np.einsum("ij,ij->i", x, x, out=stats)  # (n,) sums of squares
-    variance /= hidden
-    variance += weights.config.layer_norm_eps
-    x /= np.sqrt(variance, out=variance)[:, None]  # normalized
+    mean /= np.float32(x.shape[-1])
+    x -= mean[:, None]
+
+
+def normalize(x: np.ndarray, weights, stats: np.ndarray) -> None:
+    """LayerNorm of centered rows x (n, E), in place: x / sqrt(mean(x^2) + eps) * w + b."""
+    variance = np.vecdot(x, x, out=stats)  # (n,) sums of squares
+    variance /= np.float32(x.shape[-1])
+    variance += np.float32(weights.config.layer_norm_eps)
+    x /= np.sqrt(variance, out=variance)[:, None]
     x *= weights.layer_norm_weight
     if weights.layer_norm_bias is not None:
         x += weights.layer_norm_bias
 
 
-def added_rows(weights, inputs, batch: int, length: int) -> tuple:
-    """(table, rows): what is added to each word row, as one lookup. The table holds the sum
-    of every token-type row and every position row, T x P rows (or T, or P, where the family
-    has one table; None where it has neither), and rows (B * L,) says which row each token
-    adds."""
+# --- tables made once per weights ---------------------------------------------------------
+
+_added = weakref.WeakKeyDictionary()  # weights -> {centered: (R, E) table}
+_words = weakref.WeakKeyDictionary()  # weights -> Wc
+_tokens = weakref.WeakKeyDictionary()  # weights -> tokens embedded so far
+_lock = threading.Lock()
+
+
+def added_rows(weights, inputs, batch: int, length: int, *, centered: bool) -> tuple:
+    """(table, rows): what each token adds to its word row, as one lookup, or (None, None).
+    The table holds the sum of every token-type row and every position row (T x P rows; T
+    or P rows where the family has one table) and rows (B * L,) says which each token adds."""
     types, positions = inputs.token_type_ids, inputs.position_ids
     if types is None and positions is None:
         return None, None
+    table = added_table(weights, centered)
     if types is None:
-        return weights.position_embeddings, np.broadcast_to(positions, (batch, length)).ravel()
-    if positions is None:
-        return weights.token_type_embeddings, np.asarray(types).reshape(-1)
-    pairs = type_position_table(weights)  # (T * P, E)
-    rows = np.asarray(types) * weights.config.max_position_embeddings + positions  # (B, L)
-    return pairs, np.broadcast_to(rows, (batch, length)).ravel()
+        index = positions
+    elif positions is None:
+        index = types
+    else:
+        index = types * weights.config.max_position_embeddings + positions  # (B, L)
+    return table, np.broadcast_to(index, (batch, length)).ravel()
 
 
-@functools.lru_cache(maxsize=4)
-def type_position_table(weights) -> np.ndarray:
-    """token_type_embeddings[t] + position_embeddings[p] for every (t, p), summed in float64
-    and rounded once: (T * P, E) float32, 3 MiB for bert-base, made once per weights."""
-    types = weights.token_type_embeddings.astype(np.float64)  # (T, E)
-    positions = weights.position_embeddings.astype(np.float64)  # (P, E)
-    return (
-        (types[:, None, :] + positions[None, :, :]).reshape(-1, types.shape[1]).astype(np.float32)
-    )
+def added_table(weights, centered: bool) -> np.ndarray:
+    """Every (token type, position) pair's T[t] + P[p] in float64, centered per row if asked,
+    rounded once to float32: (T * P, E), or (T, E) or (P, E) where the family has one table."""
+    with _lock:
+        tables = _added.setdefault(weights, {})
+        if centered not in tables:
+            parts = [weights.token_type_embeddings, weights.position_embeddings]
+            parts = [p.astype(np.float64) for p in parts if p is not None]
+            rows = parts[0] if len(parts) == 1 else parts[0][:, None, :] + parts[1][None, :, :]
+            rows = rows.reshape(-1, rows.shape[-1])  # (R, E)
+            if centered:
+                rows = rows - rows.mean(axis=-1, keepdims=True)
+            tables[centered] = rows.astype(np.float32)
+        return tables[centered]
 
 
-def blocks(tokens: int) -> list[tuple[int, int]]:
-    """(start, stop) ranges of BLOCK tokens of the flattened batch."""
-    return [(start, min(start + BLOCK, tokens)) for start in range(0, tokens, BLOCK)]
+def centered_words(weights) -> np.ndarray | None:
+    """Wc, the centered word table, if it has been made for these weights."""
+    return _words.get(weights)
+
+
+def note_tokens(weights, tokens: int) -> None:
+    """Count the tokens embedded; once they reach the word table's rows, make Wc: by then
+    centering rows one lookup at a time has cost about what centering the table costs."""
+    with _lock:
+        _tokens[weights] = _tokens.get(weights, 0) + tokens
+        due = _tokens[weights] >= weights.config.vocab_size and weights not in _words
+    if due and weights.config.projection != "inside":
+        precompute(weights)
+
+
+def precompute(weights) -> None:
+    """Make Wc for these weights now: the word table with every row centered (and scaled by
+    BigBird's sqrt(H)), as center() would center it when looked up. Same size as the table."""
+    if weights.config.projection == "inside" or weights in _words:
+        return
+    table = weights.word_embeddings
+    words = np.empty(table.shape, np.float32)
+    stats = np.empty(BLOCK, np.float32)
+    for start in range(0, len(table), BLOCK):
+        rows = words[start : start + BLOCK]
+        rows[...] = table[start : start + BLOCK]
+        center(rows, weights.config.word_scale, stats[: len(rows)])
+    with _lock:
+        _words.setdefault(weights, words)
+
+
+# --- blocks and threads -------------------------------------------------------------------
+
+
+def plan_blocks(batch: int, length: int) -> list[tuple[int, int]]:
+    """Blocks as (start, stop) ranges of the batch's B * L tokens in order: as many whole
+    sequences as fit in BLOCK tokens, or BLOCK-token pieces of a sequence longer than that."""
+    if length > BLOCK:
+        return [
+            (r * length + c, r * length + min(c + BLOCK, length))
+            for r in range(batch)
+            for c in range(0, length, BLOCK)
+        ]
+    step = min(BLOCK // length, batch) * length
+    return [(s, min(s + step, batch * length)) for s in range(0, batch * length, step)]
 
 
 def run(work, ranges: list, threads: int | None) -> None:
     """work(share) on `threads` threads (default: every core), all taking ranges from one
     shared iterator, so a core slowed by something else holds up no share of fixed size.
-    NumPy releases the GIL inside take, the ufuncs and einsum. (next() on a list iterator is
+    NumPy releases the GIL inside take, the ufuncs and vecdot. (next() on a list iterator is
     atomic under the GIL.)"""
     threads = min(threads or os.cpu_count() or 1, len(ranges))
     share = iter(ranges)
@@ -123,16 +252,27 @@ def run(work, ranges: list, threads: int | None) -> None:
     list(thread_pool(threads).map(work, [share] * threads))
 
 
-@functools.cache
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
 def thread_pool(threads: int) -> ThreadPoolExecutor:
     """One pool per thread count, kept for the process: starting threads on every call cost
     about a fifth of a bert-base batch (scripts/bench.py)."""
-    return ThreadPoolExecutor(threads, thread_name_prefix="npbert")
+    with _lock:
+        if threads not in _pools:
+            _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="npbert")
+        return _pools[threads]
 
 
-# A forked child inherits the pool but not its threads: a call there would wait forever for
-# workers that do not exist. The child starts with no pool and makes its own.
-os.register_at_fork(after_in_child=thread_pool.cache_clear)
+def _after_fork() -> None:
+    """A forked child inherits the pools but not their threads, and maybe a held lock: a call
+    there would wait forever. The child starts with none and makes its own."""
+    global _lock
+    _pools.clear()
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def empty(shape: tuple[int, ...], like: np.ndarray) -> np.ndarray:
