@@ -184,6 +184,7 @@ FAMILIES: dict[str, Family] = {
         | {"layer_norm_bias": ("emb_ln.bias",)},
         positions="none",
         eps_key="layer_norm_epsilon",
+        eps_default=1e-5,  # NomicBertConfig extends GPT2Config, whose default this is
         hidden_key="n_embd",
         max_length_key="n_positions",
         vocab_txt=True,

@@ -25,12 +25,26 @@ def minilm_dir() -> Path:
 
 
 def golden_names(*, text_only: bool = False) -> list[str]:
-    """Names of the goldens; with text_only, those made from text (not from raw ids)."""
+    """Names of the BERT goldens (tiny-bert and all-MiniLM-L6-v2); with text_only, those made
+    from text (not from raw ids)."""
     names = sorted(path.stem for path in GOLDEN.glob("*.npz"))
+    names = [n for n in names if "family" not in load_golden(n)[1]]
     return [
         n
         for n in names
         if not text_only or "text" in load_golden(n)[1] or "texts" in load_golden(n)[1]
+    ]
+
+
+def family_golden_names(*, text_only: bool = False) -> list[str]:
+    """Names of the goldens of every family's tiny checkpoint; with text_only, those made
+    from text by the family's own tokenizer."""
+    names = sorted(path.stem for path in GOLDEN.glob("*.npz"))
+    metadata = {n: load_golden(n)[1] for n in names}
+    return [
+        n
+        for n, m in metadata.items()
+        if "family" in m and not (text_only and ("ids_only" in m or not {"text", "texts"} & set(m)))
     ]
 
 
