@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument(
         "--stages", action="store_true", help="also write every stage of the layer (.npz)"
     )
+    embed.add_argument(
+        "--project",
+        action="store_true",
+        help="also apply the projection to the hidden size that ALBERT, ELECTRA and RoFormer "
+        "apply after the layer: what the first encoder layer receives",
+    )
     corpus = embed.add_argument_group("corpus", "stream a corpus into a directory of shards")
     corpus.add_argument("--input", metavar="FILE", help=".txt (a text a line), .jsonl, or -")
     corpus.add_argument(
@@ -203,8 +209,9 @@ def run_embed(args) -> int:
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
     inputs = read_inputs(args)
     positional, keywords = inputs.embed_args()
+    keywords["project"] = args.project
     if args.stages:
-        outputs = embed_stages(*positional, **keywords)
+        outputs = embed_stages(*positional, **keywords)  # "projected" last, with --project
     else:
         outputs = {"embeddings": embed(*positional, **keywords)}
     if args.out is not None:

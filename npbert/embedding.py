@@ -163,7 +163,7 @@ def deberta(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -
     if len(stages) > 1:
         stages["sum"] = summed
     if w.projection_weight is not None:
-        summed = stages["projected"] = linear(summed, w.projection_weight, None)  # (B, L, H)
+        summed = stages["embed_proj"] = linear(summed, w.projection_weight, None)  # (B, L, H)
     stages["normalized"] = normalize(summed, w.config.layer_norm_eps)  # (B, L, H)
     output = scale_shift(stages["normalized"], w.layer_norm_weight, w.layer_norm_bias)
     if attention_mask is not None:

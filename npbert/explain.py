@@ -83,12 +83,12 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
         )
     if "position" in stages:
         titles["position"] = _positions_text(weights, np.asarray(position_ids))
-    if "projected" in stages:
-        where = "before" if config.projection == "inside" else "after the module,"
-        titles["projected"] = (
-            f"Projection {where} from width {config.embedding_size} to the hidden size "
-            f"{config.hidden_size}: a learned Linear, what the first encoder layer works in"
-        )
+    size = f"from width {config.embedding_size} to the hidden size {config.hidden_size}"
+    titles["embed_proj"] = f"Projection {size}, before the LayerNorm (embed_proj, no bias)"
+    titles["projected"] = (
+        f"Projection {size}, after the layer (a learned Linear): what the first encoder "
+        "layer receives"
+    )
     return titles
 
 
@@ -102,7 +102,7 @@ def explain(
     args = (weights, input_ids, types)
     kwargs = {"attention_mask": attention_mask, "project": True}
     stages = embed_stages(*args, **kwargs)
-    final = stages["projected" if "projected" in stages else "embeddings"]
+    final = stages.get("projected", stages["embeddings"])
     diff = float(np.abs(final - embed(*args, **kwargs)).max())
 
     positions = _used_positions(weights, input_ids)

@@ -67,8 +67,9 @@ def embed_stages(
     """Every stage of the family's layer, in the order computed, in `dtype`: the readable
     specification (npbert.embedding), the reference that `explain`, `compare` and `vectors`
     show. Arguments as embed(); the stages are named word, token_type, position, sum,
-    projected, normalized, embeddings (each where the family has it), and with project=True
-    the projection after the module as "projected" last. Lookups (..., L, E).
+    embed_proj (DeBERTa's projection), normalized, embeddings (each where the family has it),
+    and with project=True the projection after the module as "projected" last.
+    Lookups (..., L, E).
     """
     _check_weights(weights)
     dtype = float_dtype(dtype).type
@@ -125,7 +126,7 @@ def embed(
             weights, input_ids, token_type_ids, position_ids, attention_mask,
             dtype=dtype, project=project,
         )  # fmt: skip
-        return stages["projected" if "projected" in stages and project else "embeddings"]
+        return stages.get("projected", stages["embeddings"])
     inputs = prepare_inputs(weights.config, input_ids, token_type_ids, position_ids, attention_mask)
     return fast.embed(weights, inputs, project=project, threads=threads)
 

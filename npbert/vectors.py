@@ -25,10 +25,11 @@ STAGE_MEANING = {
     "token_type": "token_type_embeddings[token_type_ids], (B, L, E)",
     "position": "position_embeddings[position_ids], (L, E) shared by the batch, or (B, L, E)",
     "sum": "the lookups added in the order of the manifest's formula, (B, L, E)",
-    "projected": "Linear to the hidden size H: DeBERTa's embed_proj before the norm, or the "
-    "projection ALBERT, ELECTRA and RoFormer apply after the layer, (B, L, H)",
+    "embed_proj": "DeBERTa's Linear (no bias) from E to the hidden size H, before the norm",
     "normalized": "(x - mean) / sqrt(var + layer_norm_eps) over the last axis, before gamma/beta",
     "embeddings": "normalized * gamma (+ beta): the layer's output (DeBERTa: times attention_mask)",
+    "projected": "the Linear to the hidden size H that ALBERT, ELECTRA and RoFormer apply after "
+    "the layer: what the first encoder layer receives, (B, L, H)",
 }
 FORMAT = """# npbert conformance vectors
 
@@ -47,10 +48,11 @@ float32 and in float64:
     token_type.*.npy    token_type_embeddings[token_type_ids]           (B, L, E)
     position.*.npy      position_embeddings[position_ids]               (L, E) or (B, L, E)
     sum.*.npy           the lookups, added in the family's order        (B, L, E)
-    projected.*.npy     a projection to the hidden size (DeBERTa: before the norm;
-                        ALBERT, ELECTRA, RoFormer: after the layer)     (B, L, H)
+    embed_proj.*.npy    DeBERTa's projection to the hidden size, before the norm (B, L, H)
     normalized.*.npy    (x - mean) / sqrt(var + eps), over the last axis
     embeddings.*.npy    normalized * gamma (+ beta): the output
+    projected.*.npy     ALBERT's, ELECTRA's and RoFormer's projection to the hidden
+                        size, after the layer: what the first encoder layer receives
 
 float64 files are computed in float64 from the stored weights: the exact reference. float32
 files are what a float32 implementation should produce. Padding positions are embedded like

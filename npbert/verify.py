@@ -16,7 +16,16 @@ import numpy as np
 from npbert.errors import InputError
 
 # Every stage name a family may have (npbert.embedding), for reading a candidate's arrays.
-STAGES = ("word", "token_type", "position", "sum", "projected", "normalized", "embeddings")
+STAGES = (
+    "word",
+    "token_type",
+    "position",
+    "sum",
+    "embed_proj",
+    "normalized",
+    "embeddings",
+    "projected",
+)
 
 DEFAULT_ATOL = 1e-5  # what Hugging Face's and ONNX export checks use
 DEFAULT_RTOL = 0.0

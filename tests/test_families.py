@@ -2,9 +2,11 @@
 transformers wrote (scripts/make_goldens.py; NomicBERT, which transformers lacks, from torch
 modules composed as nomic's code composes them)."""
 
+import json
+
 import numpy as np
 import pytest
-from conftest import TESTS, family_golden_names, load_golden
+from conftest import DATA, TESTS, family_golden_names, load_golden
 
 import npbert
 from npbert.families import FAMILIES
@@ -76,6 +78,9 @@ def test_lookups_and_sum_are_bit_identical(golden):
             np.testing.assert_array_equal(ours, arrays[stage], err_msg=f"{name}: {stage}")
     summed = stages.get("sum", stages["word"])  # one table: nothing is added
     np.testing.assert_array_equal(summed, arrays["sum"], err_msg=f"{name}: sum")
+    assert ("embed_proj" in stages) == ("embed_proj" in arrays)
+    if "embed_proj" in arrays:  # a matrix product: BLAS and torch sum in their own order
+        np.testing.assert_allclose(stages["embed_proj"], arrays["embed_proj"], atol=1e-6)
 
 
 def test_default_positions_and_types_are_the_families(golden):
@@ -128,3 +133,92 @@ def test_text_is_tokenized_as_transformers_tokenizes_it(name):
     if types is not None:
         np.testing.assert_array_equal(encoding.token_type_ids, types)
     np.testing.assert_allclose(embedder.embed(encoding), arrays["embeddings"], rtol=0, atol=1e-5)
+
+
+# --- everything else follows the family ---------------------------------------------------
+
+
+def cli(capsys, *argv):
+    from npbert.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_explain_shows_robertas_derived_positions(capsys):
+    code, out, _ = cli(capsys, "explain", "I am Sinan", "--model", DATA / "tiny-roberta")
+    assert code == 0, out
+    assert "LayerNorm((W + T) + P), P at padding_idx + 1" in out
+    assert "numbers the tokens that are not padding from padding_idx + 1 = 2" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    table = [r for r in rows if len(r) == 5 and r[0].isdigit()]  # i, token, id, type, position
+    assert [int(r[-1]) for r in table] == list(range(2, 2 + len(table)))
+    assert "(equal within 1e-05)" in out
+
+
+def test_explain_shows_the_projection_and_no_missing_tables(capsys):
+    code, out, _ = cli(capsys, "explain", "I am Sinan", "--model", DATA / "tiny-deberta-v2")
+    assert code == 0, out
+    assert "Segment" not in out and "Position embeddings" not in out
+    assert "Projection from width 16 to the hidden size 32, before the LayerNorm" in out
+    assert "(equal within 1e-05)" in out
+    code, out, _ = cli(capsys, "explain", "I am Sinan", "--model", DATA / "tiny-albert")
+    assert code == 0 and "32, after the layer (a learned Linear): what the first" in out
+
+
+def test_inspect_names_the_family_and_every_tensor_it_reads(capsys):
+    code, out, _ = cli(capsys, "inspect", DATA / "tiny-albert")
+    assert code == 0
+    assert "albert: LayerNorm((W + T) + P) at width E, then Linear(E -> H)" in out
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        assert f"albert.embeddings.{name}.weight" in out
+    assert "albert.encoder.embedding_hidden_mapping_in.weight" in out
+    assert "albert.encoder.embedding_hidden_mapping_in.bias" in out
+    code, out, _ = cli(capsys, "inspect", DATA / "tiny-modernbert")
+    assert "model.embeddings.norm.weight" in out and "norm.bias" not in out
+
+
+def test_embed_project_gives_the_hidden_size(capsys, tmp_path):
+    out = tmp_path / "a.npy"
+    code, _, _ = cli(capsys, "embed", "I am", "--model", DATA / "tiny-electra", "--project",
+                     "--out", out)  # fmt: skip
+    assert code == 0 and np.load(out).shape[-1] == 32
+    weights = weights_for({"model": "tests/data/tiny-electra"})
+    assert weights.config.embedding_size == 16 and weights.config.hidden_size == 32
+
+
+def test_compare_names_the_families_stage(capsys, tmp_path):
+    # A port that numbers RoBERTa's positions from 0, as BERT does, fails at "position".
+    weights = weights_for({"model": "tests/data/tiny-roberta"})
+    ids = np.array([[0, 44, 351, 342, 273, 2]])
+    stages = npbert.embed_stages(weights, ids, position_ids=np.arange(6))
+    np.savez(tmp_path / "bert-positions.npz", **stages)
+    np.save(tmp_path / "ids.npy", ids)
+    argv = ("--model", DATA / "tiny-roberta", "--ids-file", tmp_path / "ids.npy", "--json")
+    code, out, _ = cli(capsys, "compare", tmp_path / "bert-positions.npz", *argv)
+    assert code == 1 and '"first_disagreeing_stage": "position"' in out
+    np.savez(tmp_path / "right.npz", **npbert.embed_stages(weights, ids))
+    code, out, _ = cli(capsys, "compare", tmp_path / "right.npz", *argv)
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("family", ["roberta", "albert", "deberta-v2", "modernbert", "funnel"])
+def test_vectors_follow_the_family(capsys, tmp_path, family):
+    out = tmp_path / "vectors"
+    code, _, err = cli(capsys, "vectors", "--model", DATA / f"tiny-{family}", "--out", out)
+    assert code == 0, err
+    manifest = json.loads((out / "manifest.json").read_text())
+    weights = weights_for({"model": f"tests/data/tiny-{family}"})
+    assert manifest["model_type"] == weights.config.model_type
+    expected = set(npbert.embed_stages(weights, [[1, 2]], project=True))
+    assert set(manifest["stages"]) == expected
+    for case in manifest["cases"].values():
+        folder = out / next(iter(case["files"])).split("/")[0]
+        arrays = {p.stem: np.load(p) for p in folder.glob("*.npy")}
+        assert ("token_type_ids" in arrays) == bool(weights.config.type_vocab_size)
+        kwargs = {k: arrays[k] for k in ("token_type_ids", "position_ids") if k in arrays}
+        mask = arrays.get("attention_mask")
+        reference = npbert.embed(weights, arrays["input_ids"], **kwargs, attention_mask=mask,
+                                 dtype=np.float64)  # fmt: skip
+        np.testing.assert_array_equal(arrays["embeddings.float64"], reference)
