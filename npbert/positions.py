@@ -168,6 +168,9 @@ def table_figures(table: np.ndarray, basis: np.ndarray, pretraining_length: int)
         "fit": sinusoid_fit(table, basis),
         "frequency": {
             "at_sinusoid_frequency": float(np.mean(np.abs(bins - expected) <= 1)),
+            # the fastest sinusoid turns one radian a position (a period of 2 pi positions);
+            # what varies faster lies outside their span, and no fit by them can follow it
+            "faster_than_sinusoids": float(np.mean(bins > expected.max() + 1)),
             "median_period": float(np.median(num_positions / bins)),
             "dominant_frequency": (bins / num_positions).tolist(),
         },
@@ -269,7 +272,10 @@ def reading(figures: dict) -> list[str]:
         f"{share:.0%} of its {hidden_size} dimensions vary fastest at the frequency of the "
         f"sinusoid in the same dimension (sinusoidal table: "
         f"{sinusoidal['frequency']['at_sinusoid_frequency']:.0%}, random: "
-        f"{random['frequency']['at_sinusoid_frequency']:.0%}).",
+        f"{random['frequency']['at_sinusoid_frequency']:.0%}); "
+        f"{model['frequency']['faster_than_sinusoids']:.0%} vary fastest with a period shorter "
+        f"than the fastest sinusoid's 2 pi positions, out of the sinusoids' reach (random: "
+        f"{random['frequency']['faster_than_sinusoids']:.0%}).",
         _band_sentence(model["similarity"], sinusoidal["similarity"], figures["shape"][0]),
         _norms_sentence(model["norms"], figures["pretraining_length"], figures["shape"][0]),
     ]
@@ -328,6 +334,11 @@ def _report_rows(figures: dict) -> list[tuple[str, object, str]]:
         (
             "dims at their sinusoid's frequency",
             lambda t: t["frequency"]["at_sinusoid_frequency"],
+            "{:.0%}",
+        ),
+        (
+            "dims faster than every sinusoid",
+            lambda t: t["frequency"]["faster_than_sinusoids"],
             "{:.0%}",
         ),
         ("median period (positions)", lambda t: t["frequency"]["median_period"], "{:.1f}"),
