@@ -3,6 +3,7 @@
 import ast
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -238,3 +239,19 @@ def test_distilbert_with_sinusoidal_positions_comes_out_sinusoidal(capsys):
     table = npbert.load_weights(DISTILBERT).position_embeddings  # as transformers stored it
     # transformers computes the table in float64 and stores it as float32, as npbert's is cast
     np.testing.assert_array_equal(table, sinusoidal_table(*table.shape).astype(np.float32))
+
+
+def test_readme_figures_are_the_commands(capsys, minilm_dir):
+    """The README's excerpt of the report on all-MiniLM-L6-v2 is what the command prints."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Learned or sinusoidal? `npbert positions`", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    (excerpt,) = [
+        body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S) if not lang
+    ]
+    figure = re.search(r"!\[[^]]*\]\((docs/[^)]+\.png)\)", section)[1]
+    code, out, _ = run(capsys, "positions", "--model", minilm_dir)
+    assert code == 0
+    printed = set(out.splitlines())
+    assert [line for line in excerpt.splitlines() if line and line not in printed] == []
+    assert 20_000 < (ROOT / figure).stat().st_size < 200_000
