@@ -407,7 +407,10 @@ def add_positions_parser(commands) -> None:
     )
     add_model(positions)
     positions.add_argument(
-        "--plot", type=Path, metavar="FILE", help="draw the figure: .png, .svg or .pdf"
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="draw the figure: .png, .svg or .pdf (needs npbert[plot])",
     )
     positions.add_argument("--json", action="store_true", help="every figure as JSON")
     positions.add_argument(
