@@ -190,7 +190,7 @@ def test_plot_is_written_and_reads_back(tmp_path, capsys, minilm_dir):
 
 
 @pytest.mark.parametrize("suffix, magic", [(".svg", b"<?xml"), (".pdf", b"%PDF")])
-def test_plot_in_vector_formats(tmp_path, capsys, suffix, magic):
+def test_plot_in_vector_formats(tmp_path, suffix, magic):
     from npbert.positions_plot import plot_positions
 
     table = transformer_sinusoids(64, 16)
