@@ -1,4 +1,4 @@
-"""The `npbert` command: embed, explain, compare, vectors, inspect, fetch.
+"""The `npbert` command: embed, explain, compare, vectors, inspect, fetch, positions.
 
 Bad input exits 2 with one line naming what is wrong; a traceback is a bug.
 """
@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("model", metavar="MODEL", help="Hub repo id")
     add_revision(fetch)
     fetch.set_defaults(run=run_fetch)
+
+    add_positions_parser(commands)
     return parser
 
 
@@ -426,6 +428,65 @@ def run_fetch(args) -> int:
             f" ({share:.1%}): {source['weights']}"
         )
     print(f"cached in {fetched.directory}")
+    return 0
+
+
+def add_positions_parser(commands) -> None:
+    """`npbert positions`: the model's position table against the sinusoidal table."""
+    from npbert.positions import DEFAULT_PRETRAINING_LENGTH
+
+    positions = commands.add_parser(
+        "positions", help="learned or sinusoidal? the position table against the sinusoids"
+    )
+    add_model(positions)
+    positions.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="draw the figure: .png, .svg or .pdf (needs npbert[plot])",
+    )
+    positions.add_argument("--json", action="store_true", help="every figure as JSON")
+    positions.add_argument(
+        "--pretraining-length",
+        type=int,
+        default=DEFAULT_PRETRAINING_LENGTH,
+        metavar="N",
+        help="the length most pre-training used; rows past it are summarised apart "
+        "(default %(default)s, BERT's for 90%% of its steps)",
+    )
+    positions.set_defaults(run=run_positions)
+
+
+def run_positions(args) -> int:
+    """Print the analysis (or its JSON); with --plot, draw the figure after the numbers."""
+    import npbert
+    from npbert.positions import analyse, format_report
+    from npbert.positions_plot import check_plot_path, plot_positions
+
+    if args.plot is not None:
+        check_plot_path(args.plot)
+    weights = npbert.load_weights(args.model, revision=args.revision, full=args.full)
+    model = weights.source.get("model", str(args.model))
+    model_type = getattr(getattr(weights, "config", None), "model_type", None)
+    if weights.position_embeddings is None:
+        raise InputError(
+            f"{model}: {model_type or 'this model'} has no learned position table (its positions "
+            "are computed in attention, e.g. rotary): there is nothing to compare"
+        )
+    figures = analyse(weights.position_embeddings, pretraining_length=args.pretraining_length)
+    figures = {"model": model, "model_type": model_type, **figures}
+    print(
+        json.dumps(figures, indent=1) if args.json else f"model: {model}\n{format_report(figures)}"
+    )
+    if args.plot is None:
+        return 0
+    title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model
+    try:
+        plot_positions(weights.position_embeddings, figures, args.plot, title=title)
+    except ImportError as error:
+        print(f"npbert: error: --plot: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

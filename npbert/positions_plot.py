@@ -1,0 +1,112 @@
+"""The figure of `npbert positions`: a position table beside the sinusoidal one, in six panels.
+
+matplotlib is an optional extra (npbert[plot]) and is imported only when a figure is drawn.
+The figure is a bare matplotlib Figure on the Agg canvas: no pyplot, so no GUI backend is
+started and no global state of the caller's matplotlib changes.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from npbert.atomic import write_atomically
+from npbert.errors import InputError
+from npbert.positions import cosine_similarity, sinusoidal_table
+
+FORMATS = (".png", ".svg", ".pdf")
+FIGSIZE = (11.0, 12.0)  # inches, width x height
+DPI = 64  # a PNG of 704 x 768 pixels
+INSTALL = "pip install 'npbert[plot]'"
+
+
+def check_plot_path(path: Path) -> None:
+    """InputError unless path names a .png, .svg or .pdf in a directory that exists."""
+    if path.suffix.lower() not in FORMATS:
+        raise InputError(f"--plot {path}: use a .png, .svg or .pdf file name")
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"--plot {path}: directory {directory} does not exist")
+
+
+def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str = "") -> None:
+    """Draw table (P, H) and the sinusoidal table of its shape, with the figures of
+    npbert.positions.analyse, to path (.png, .svg or .pdf), written atomically.
+
+    Panels: the two tables as heatmaps (positions x dimensions), their cosine similarity
+    matrices (P x P), similarity against distance, and row norms by position.
+    ImportError (saying how to install it) when matplotlib is missing.
+    """
+    check_plot_path(path)
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise ImportError(f"plotting needs matplotlib: {INSTALL}", name=error.name) from error
+
+    table = np.asarray(table, dtype=np.float64)
+    sinusoidal = sinusoidal_table(*table.shape)
+    figure = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    canvas = FigureCanvasAgg(figure)
+    axes = figure.subplots(3, 2)
+    figure.suptitle(
+        f"{title or 'model'}: the {table.shape[0]} x {table.shape[1]} position table against "
+        "the sinusoidal table of the same shape"
+    )
+    _heatmap(figure, axes[0, 0], table, "model: position table")
+    _heatmap(figure, axes[0, 1], sinusoidal, "sinusoidal: sin on even dims, cos on odd")
+    _similarity(figure, axes[1, 0], table, "model: cosine between positions")
+    _similarity(figure, axes[1, 1], sinusoidal, "sinusoidal: cosine between positions")
+    _by_distance(axes[2, 0], figures["tables"])
+    _norms(axes[2, 1], figures["tables"]["model"]["norms"], figures["pretraining_length"])
+    if path.suffix.lower() == ".png":
+        write_atomically(path, lambda f: _save_png(canvas, f))
+    else:
+        write_atomically(path, lambda f: figure.savefig(f, format=path.suffix.lower()[1:]))
+
+
+def _save_png(canvas, file) -> None:
+    # A 256-colour PNG, quantized by Pillow (a dependency of matplotlib's): the heatmaps are
+    # noise to a compressor, and a true-colour PNG of them is three times the size.
+    from PIL import Image
+
+    canvas.draw()
+    pixels = np.asarray(canvas.buffer_rgba())[..., :3]
+    Image.fromarray(pixels).quantize(colors=256).save(file, format="PNG", optimize=True)
+
+
+def _heatmap(figure, ax, table: np.ndarray, title: str) -> None:
+    # The colour scale stops at the 99th percentile of |value|, so that a few large rows (BERT's
+    # position 0 is several times the others) do not wash the rest out.
+    limit = float(np.percentile(np.abs(table), 99)) or 1.0
+    image = ax.imshow(
+        table, aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest"
+    )
+    ax.set(title=title, xlabel="dimension", ylabel="position")
+    figure.colorbar(image, ax=ax)
+
+
+def _similarity(figure, ax, table: np.ndarray, title: str) -> None:
+    image = ax.imshow(cosine_similarity(table), cmap="RdBu_r", vmin=-1, vmax=1)
+    ax.set(title=title, xlabel="position", ylabel="position")
+    figure.colorbar(image, ax=ax)
+
+
+def _by_distance(ax, tables: dict) -> None:
+    for name, style in (("model", "C0-"), ("sinusoidal", "C1-"), ("random", "C7:")):
+        curve = tables[name]["similarity"]["by_distance"]
+        ax.plot(np.arange(1, len(curve)), curve[1:], style, label=name, linewidth=1)
+    ax.set(
+        title="mean cosine against distance",
+        xlabel="distance between positions",
+        ylabel="cosine",
+        xscale="log",
+    )
+    ax.axhline(0, color="k", linewidth=0.5)
+    ax.legend()
+
+
+def _norms(ax, norms: dict, pretraining_length: int) -> None:
+    ax.plot(norms["by_position"], "C0-", linewidth=1)
+    ax.axvline(pretraining_length - 0.5, color="C3", linestyle="--", linewidth=1)
+    ax.text(pretraining_length, norms["median"], f" {pretraining_length}", color="C3")
+    ax.set(title="model: row norm by position", xlabel="position", ylabel="norm", ylim=(0, None))
