@@ -466,15 +466,17 @@ def run_positions(args) -> int:
     if args.plot is not None:
         check_plot_path(args.plot)
     weights = npbert.load_weights(args.model, revision=args.revision, full=args.full)
-    model = weights.source.get("model", str(args.model))
-    model_type = getattr(getattr(weights, "config", None), "model_type", None)
+    model, config = weights.source.get("model", str(args.model)), weights.config
     if weights.position_embeddings is None:
         raise InputError(
-            f"{model}: {model_type or 'this model'} has no learned position table (its positions "
-            "are computed in attention, e.g. rotary): there is nothing to compare"
+            f"{model}: {config.model_type} has no learned position table (its positions are "
+            "computed in attention, e.g. rotary): there is nothing to compare"
         )
-    figures = analyse(weights.position_embeddings, pretraining_length=args.pretraining_length)
-    figures = {"model": model, "model_type": model_type, **figures}
+    # RoBERTa's rows up to padding_idx are never a real token's position: the table starts after.
+    first = 0 if config.padding_idx is None else config.padding_idx + 1
+    table = weights.position_embeddings[first:]
+    figures = analyse(table, pretraining_length=args.pretraining_length)
+    figures = {"model": model, "model_type": config.model_type, "first_row": first, **figures}
     print(
         json.dumps(figures, indent=1) if args.json else f"model: {model}\n{format_report(figures)}"
     )
@@ -482,7 +484,7 @@ def run_positions(args) -> int:
         return 0
     title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model
     try:
-        plot_positions(weights.position_embeddings, figures, args.plot, title=title)
+        plot_positions(table, figures, args.plot, title=title)
     except ImportError as error:
         print(f"npbert: error: --plot: {error}", file=sys.stderr)
         return 2

@@ -137,7 +137,7 @@ def test_minilm_is_learned_with_a_band(minilm_dir, record):
 
 
 EXPECTED_KEYS = {
-    "model", "model_type", "shape", "pretraining_length", "basis_rank", "random_seed",
+    "model", "model_type", "first_row", "shape", "pretraining_length", "basis_rank", "random_seed",
     "verdict", "reading", "tables",
 }  # fmt: skip
 TABLE_KEYS = {
@@ -255,3 +255,10 @@ def test_readme_figures_are_the_commands(capsys, minilm_dir):
     printed = set(out.splitlines())
     assert [line for line in excerpt.splitlines() if line and line not in printed] == []
     assert 20_000 < (ROOT / figure).stat().st_size < 200_000
+
+
+def test_robertas_padding_rows_are_left_out(capsys):
+    data = Path(__file__).parent / "data"
+    code, out, _ = run(capsys, "positions", "--model", data / "tiny-roberta", "--json")
+    figures = json.loads(out)
+    assert code == 0 and figures["first_row"] == 2 and figures["shape"] == [64, 32]
