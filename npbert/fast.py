@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npbert.errors import InputError
+
 BLOCK = 256  # tokens per block, as measured for bert-base by scripts/bench.py
 PAGE = 4096  # bytes
 
@@ -156,6 +158,7 @@ def normalize(x: np.ndarray, weights, stats: np.ndarray) -> None:
 _added = weakref.WeakKeyDictionary()  # weights -> {centered: (R, E) table}
 _words = weakref.WeakKeyDictionary()  # weights -> Wc
 _tokens = weakref.WeakKeyDictionary()  # weights -> tokens embedded so far
+_modes = weakref.WeakKeyDictionary()  # weights -> centered_table's mode, if set
 _lock = threading.Lock()
 
 
@@ -197,13 +200,37 @@ def centered_words(weights) -> np.ndarray | None:
     return _words.get(weights)
 
 
+# Wc is made without being asked only up to this size: it is one more copy of the word table
+# (94 MB for bert-base, 768 MB for XLM-RoBERTa-base). Larger ones: centered_table(w, "always").
+AUTO_LIMIT = 512 * 2**20  # bytes
+
+
+def centered_table(weights, mode: str) -> None:
+    """When to make Wc for these weights: "auto" (the default: once as many tokens have been
+    embedded as the table has rows, and the table is at most AUTO_LIMIT bytes), "always" (now)
+    or "never" (and drop it). Results are the same either way; only speed and memory differ."""
+    if mode not in ("auto", "always", "never"):
+        raise InputError(f"mode must be 'auto', 'always' or 'never', not {mode!r}")
+    with _lock:
+        _modes[weights] = mode
+        if mode == "never":
+            _words.pop(weights, None)
+    if mode == "always":
+        precompute(weights)
+
+
 def note_tokens(weights, tokens: int) -> None:
     """Count the tokens embedded; once they reach the word table's rows, make Wc: by then
     centering rows one lookup at a time has cost about what centering the table costs."""
     with _lock:
         _tokens[weights] = _tokens.get(weights, 0) + tokens
-        due = _tokens[weights] >= weights.config.vocab_size and weights not in _words
-    if due and weights.config.projection != "inside":
+        due = (
+            _modes.get(weights, "auto") == "auto"
+            and _tokens[weights] >= weights.config.vocab_size
+            and weights.word_embeddings.nbytes <= AUTO_LIMIT
+            and weights not in _words
+        )
+    if due:
         precompute(weights)
 
 
@@ -220,7 +247,8 @@ def precompute(weights) -> None:
         rows[...] = table[start : start + BLOCK]
         center(rows, weights.config.word_scale, stats[: len(rows)])
     with _lock:
-        _words.setdefault(weights, words)
+        if _modes.get(weights) != "never":
+            _words.setdefault(weights, words)
 
 
 # --- blocks and threads -------------------------------------------------------------------

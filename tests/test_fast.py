@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import npbert
+from npbert import fast
 
 FAST_TOLERANCE = 2e-6  # max |fast - readable|: they round in a different order (npbert.fast)
 
@@ -118,3 +119,32 @@ def test_token_types_in_runs_stay_close_and_batch_invariant(models, batch, lengt
     np.testing.assert_allclose(together, readable, rtol=0, atol=FAST_TOLERANCE)
     for b in range(batch):
         np.testing.assert_array_equal(npbert.embed(weights, ids[b], types[b]), together[b])
+
+
+def test_the_centered_word_table_changes_no_bit(minilm_dir):
+    # Word rows are centered as they are looked up, or from a table centered once: the same
+    # float32 operations, so the same result (npbert.fast's docstring).
+    weights = npbert.load_weights(minilm_dir)
+    fast.centered_table(weights, "never")
+    ids = np.random.default_rng(3).integers(0, 30522, (4, 100))
+    types = (np.arange(100) >= 60).astype(np.int64)[None].repeat(4, 0)
+    looked_up = npbert.embed(weights, ids, types)
+    assert fast.centered_words(weights) is None
+    fast.centered_table(weights, "always")
+    assert fast.centered_words(weights) is not None
+    np.testing.assert_array_equal(npbert.embed(weights, ids, types), looked_up)
+    fast.centered_table(weights, "never")
+    assert fast.centered_words(weights) is None
+
+
+def test_the_centered_table_is_made_once_it_pays():
+    weights = npbert.load_weights(TINY)  # 87 rows
+    npbert.embed(weights, np.ones((1, 80), np.int64))
+    assert fast.centered_words(weights) is None
+    npbert.embed(weights, np.ones((1, 10), np.int64))
+    assert fast.centered_words(weights) is not None
+
+
+def test_centered_table_modes_are_checked(models):
+    with pytest.raises(npbert.InputError, match="mode must be"):
+        fast.centered_table(models["tiny"], "sometimes")
