@@ -9,6 +9,7 @@ import math
 import os
 import signal
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,11 +91,11 @@ def tolerance(text: str) -> float:
 
 
 def command(commands, name: str, summary: str, description: str, examples: str):
-    """A subcommand with its help: a description and examples."""
+    """A subcommand with its help: a description (one paragraph) and examples (as written)."""
     return commands.add_parser(
         name,
         help=summary,
-        description=description,
+        description=textwrap.fill(description, 79),
         epilog="examples:\n" + examples,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -128,8 +129,8 @@ def add_embed(commands) -> None:
         "checkpoint's\nembedding layer. Without --out, print a readable summary; with --input, "
         "stream a whole\ncorpus into a directory of shards.",
         '  npbert embed "I am Sinan" "this is a test sentence" --model M\n'
-        '  npbert embed "Who is Sinan?" --pair "Sinan wrote a notebook." --model M --out pair.npz\n'
-        "  npbert embed --ids-file ids.npy --token-type-ids-file tt.npy --model M --out out.npz\n"
+        '  npbert embed "Who is Sinan?" --pair "Sinan wrote a notebook." --model M\n'
+        "  npbert embed --ids-file ids.npy --model M --out out.npz\n"
         "  npbert embed --input corpus.txt --out corpus.emb --model M\n"
         '  npbert embed --model M -- "-5 degrees"     # a text that starts with -\n',
     )
