@@ -77,7 +77,7 @@ def remove_stale(target: Path) -> None:
             path = target.parent / name
             if not (is_temporary_of(path, target) and _unlocked(path)):
                 continue
-            if path.is_dir():
+            if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
                 path.unlink()
@@ -100,7 +100,7 @@ def _claim(target: Path, create) -> tuple[Path, int]:
 def _unlocked(path: Path) -> bool:
     """Whether no process holds the lock on `path` (then nothing is writing it)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO would wait
     except OSError:  # gone meanwhile, or not ours to open: leave it
         return False
     try:

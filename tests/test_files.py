@@ -142,3 +142,13 @@ def test_a_failed_write_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         write_atomically(tmp_path / "out.npy", fail)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_stale_names_that_are_links_or_fifos_are_removed_without_following(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "keep").write_bytes(b"not npbert's")
+    os.symlink(tmp_path / "elsewhere", tmp_path / ".out.npy.npbert-0123abcd.tmp")
+    os.mkfifo(tmp_path / ".out.npy.npbert-89abcdef.tmp")  # opening it must not wait
+    write_atomically(tmp_path / "out.npy", lambda f: f.write(b"x"))
+    assert hidden(tmp_path) == set()
+    assert (tmp_path / "elsewhere" / "keep").read_bytes() == b"not npbert's"
