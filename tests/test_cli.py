@@ -1,5 +1,6 @@
 """The npbert command: outputs, the walk-through, and one-line errors with exit 2."""
 
+import argparse
 import json
 import re
 import subprocess
@@ -349,7 +350,7 @@ def test_help_has_a_description_examples_defaults_and_help_for_every_option(name
     assert command.description and command.epilog.startswith("examples:\n  npbert " + name)
     for action in command._actions:
         assert action.help, f"{name} {action.option_strings or action.dest} has no help"
-        if action.default not in (None, False, "==SUPPRESS=="):
+        if action.default not in (None, False, argparse.SUPPRESS):
             assert "%(default)" in action.help, f"{name} {action.dest}: default not shown"
     with pytest.raises(SystemExit):
         main([name, "--help"])
