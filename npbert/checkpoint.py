@@ -10,6 +10,7 @@ memory-mapped; float16 and bfloat16 widen to float32 exactly. An integer
 """
 
 import json
+import os
 import struct
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -76,18 +77,20 @@ class StoredTensor:
     nbytes: int
 
 
-def load_checkpoint(directory: Path, source: dict | None = None) -> EmbeddingWeights:
+def load_checkpoint(directory: str | os.PathLike, source: dict | None = None) -> EmbeddingWeights:
     """The embedding tensors of a local checkpoint directory, as float32, and its config."""
     config, stored = locate_checkpoint(directory)
     return EmbeddingWeights(
         config=config,
         **{key: read_tensor(tensor) for key, tensor in stored.items()},
-        source=dict(source or {"model": str(directory)}),
+        source=dict(source or {"model": os.fspath(directory)}),
         files=tuple(sorted({tensor.file for tensor in stored.values()})),
     )
 
 
-def locate_checkpoint(directory: Path) -> tuple[EmbeddingConfig, dict[str, StoredTensor]]:
+def locate_checkpoint(
+    directory: str | os.PathLike,
+) -> tuple[EmbeddingConfig, dict[str, StoredTensor]]:
     """(the checked config, EmbeddingWeights field -> StoredTensor), reading only headers."""
     directory = Path(directory)
     raw = read_config(directory)

@@ -5,27 +5,38 @@ Bad input exits 2 with one line naming what is wrong; a traceback is a bug.
 
 import argparse
 import json
+import math
+import os
+import signal
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from npbert import __version__
 from npbert.errors import InputError
+from npbert.npyfile import load_npy
 from npbert.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # TEXT arguments may come after the options (`compare C --model M TEXT`); argparse leaves
-    # those over, and they are texts as long as none looks like an option.
+    # those over, and they are texts as long as none looks like an option, or they follow --.
     args, extra = parser.parse_known_args(argv)
     if extra:
-        if not hasattr(args, "texts") or any(e.startswith("-") for e in extra):
+        dashes = extra.index("--") if "--" in extra else len(extra)
+        if not hasattr(args, "texts") or any(e.startswith("-") for e in extra[:dashes]):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.texts = [*args.texts, *extra]
+        args.texts = [*args.texts, *extra[:dashes], *extra[dashes + 1 :]]
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return reader_gone()
     except InputError as error:
         print(f"npbert: error: {error}", file=sys.stderr)
         return 2
@@ -37,6 +48,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def reader_gone() -> int:
+    """End as ls, cat and git do when the reader of their output goes away (`npbert ... |
+    head -1`): killed by SIGPIPE, which the shell reports as status 141, with nothing on
+    stderr. Scripts with `set -o pipefail` already know 141 from those tools; 0 would claim
+    the output was all read. Python ignores SIGPIPE and raises BrokenPipeError instead, so
+    the default action is restored and the signal raised; stdout goes to /dev/null first,
+    so that nothing tries to flush the rest."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGPIPE)
+    return 128 + signal.SIGPIPE  # what the shell reports; not reached, the signal ends us
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with usage errors on one line, like every other npbert error."""
 
@@ -44,14 +68,80 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="npbert", description="BERT's embedding layer in NumPy.")
-    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+def count(text: str) -> int:
+    """A whole number of at least 1, for --batch-size and --shard-tokens."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
 
-    embed = commands.add_parser("embed", help="embed texts or ids")
+
+def tolerance(text: str) -> float:
+    """A finite number of at least 0, for --atol and --rtol."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, not {text!r}")
+    return value
+
+
+def command(commands, name: str, summary: str, description: str, examples: str):
+    """A subcommand with its help: a description (one paragraph) and examples (as written)."""
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=textwrap.fill(description, 79),
+        epilog="examples:\n" + examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="npbert",
+        description="The embedding layer of BERT and its family of encoders, in NumPy: the "
+        "input embeddings the first encoder layer receives (not contextual or sentence "
+        "embeddings).",
+        epilog="Run 'npbert COMMAND --help' for a command's options and examples.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    add_embed(commands)
+    add_explain(commands)
+    add_compare(commands)
+    add_vectors(commands)
+    add_inspect(commands)
+    add_fetch(commands)
+    add_positions_parser(commands)
+    return parser
+
+
+def add_embed(commands) -> None:
+    embed = command(
+        commands,
+        "embed",
+        "embed texts or token ids",
+        "Embed texts (tokenized with the checkpoint's tokenizer) or token ids with the "
+        "checkpoint's\nembedding layer. Without --out, print a readable summary; with --input, "
+        "stream a whole\ncorpus into a directory of shards.",
+        '  npbert embed "I am Sinan" "this is a test sentence" --model M\n'
+        '  npbert embed "Who is Sinan?" --pair "Sinan wrote a notebook." --model M\n'
+        "  npbert embed --ids-file ids.npy --model M --out out.npz\n"
+        "  npbert embed --input corpus.txt --out corpus.emb --model M\n"
+        '  npbert embed --model M -- "-5 degrees"     # a text that starts with -\n',
+    )
     add_inputs(embed)
     embed.add_argument(
-        "--out", type=Path, metavar="FILE", help=".npz (embeddings and inputs) or .npy"
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help=".npz (embeddings, input_ids, token_type_ids, attention_mask, metadata) or .npy "
+        "(embeddings); with --input, the directory of shards (default: print a summary)",
     )
     embed.add_argument(
         "--stages", action="store_true", help="also write every stage of the layer (.npz)"
@@ -63,55 +153,139 @@ def build_parser() -> argparse.ArgumentParser:
         "apply after the layer: what the first encoder layer receives",
     )
     corpus = embed.add_argument_group("corpus", "stream a corpus into a directory of shards")
-    corpus.add_argument("--input", metavar="FILE", help=".txt (a text a line), .jsonl, or -")
     corpus.add_argument(
-        "--input-format", choices=("txt", "jsonl"), help="default: from the file name, txt for -"
+        "--input",
+        metavar="FILE",
+        help='.txt (a text a line), .jsonl ({"text": ..., '
+        '"pair": ...} a line), or - for standard input',
     )
-    corpus.add_argument("--batch-size", type=int, default=32, metavar="N")
+    corpus.add_argument(
+        "--input-format",
+        choices=("txt", "jsonl"),
+        help="the format of --input (default: from the file name; txt for -)",
+    )
+    corpus.add_argument(
+        "--batch-size",
+        type=count,
+        default=32,
+        metavar="N",
+        help="texts embedded together (default: %(default)s)",
+    )
     corpus.add_argument(
         "--shard-tokens",
-        type=int,
+        type=count,
         default=16384,
         metavar="N",
-        help="tokens per shard (memory use grows with it)",
+        help="about this many tokens per shard; memory use grows with it (default: %(default)s)",
     )
-    corpus.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    corpus.add_argument(
+        "--resume", action="store_true", help="continue an interrupted run into the same --out"
+    )
     embed.set_defaults(run=run_embed)
 
-    explain = commands.add_parser("explain", help="walk through the layer for one text")
-    explain.add_argument("text", metavar="TEXT")
+
+def add_explain(commands) -> None:
+    explain = command(
+        commands,
+        "explain",
+        "walk through the layer for one text",
+        "Walk through the embedding layer for one text, stage by stage: the tokens and their "
+        "ids,\neach lookup, the sum, the normalization, with what each one is; then check the "
+        "result\nagainst npbert's fast path (exit 1 if they differ).",
+        '  npbert explain "I am Sinan" --model M\n'
+        '  npbert explain "Who is Sinan?" --pair "Sinan wrote a notebook." --model M\n',
+    )
+    explain.add_argument("text", metavar="TEXT", help="the text to walk through")
     add_model(explain)
     explain.add_argument("--pair", metavar="TEXT", help="sentence B")
-    explain.add_argument("--truncate", action="store_true")
+    explain.add_argument(
+        "--truncate", action="store_true", help="cut a text longer than the model allows"
+    )
     explain.set_defaults(run=run_explain)
 
-    compare = commands.add_parser("compare", help="check another implementation's output")
+
+def add_compare(commands) -> None:
+    compare = command(
+        commands,
+        "compare",
+        "check another implementation's output",
+        "Check another implementation's output against npbert's float64 reference, stage by "
+        "stage,\nfor the same inputs. Exit 0 within tolerance, 1 outside, 2 for bad input.",
+        "  npbert compare mine.npy --model M --ids-file ids.npy\n"
+        '  npbert compare stages.npz --model M "I am Sinan" --json\n'
+        '  npbert compare mine.npy --model M -- "-5 degrees"\n',
+    )
     compare.add_argument(
-        "candidate", type=Path, metavar="CANDIDATE", help=".npy, .npz, .safetensors or .json"
+        "candidate",
+        type=Path,
+        metavar="CANDIDATE",
+        help="the output to check: .npy (the embeddings), .npz or .safetensors (embeddings "
+        "and any stages: word, token_type, position, sum, projected, normalized), or .json",
     )
     add_inputs(compare)
-    compare.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="default %(default)g")
-    compare.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help="default %(default)g")
-    compare.add_argument("--json", action="store_true", help="the report as JSON")
+    compare.add_argument(
+        "--atol",
+        type=tolerance,
+        default=DEFAULT_ATOL,
+        help="largest absolute difference allowed (default: %(default)g)",
+    )
+    compare.add_argument(
+        "--rtol",
+        type=tolerance,
+        default=DEFAULT_RTOL,
+        help="allowed difference relative to the reference (default: %(default)g)",
+    )
+    compare.add_argument("--json", action="store_true", help="print the report as JSON")
     compare.set_defaults(run=run_compare)
 
-    vectors = commands.add_parser("vectors", help="write conformance vectors")
+
+def add_vectors(commands) -> None:
+    vectors = command(
+        commands,
+        "vectors",
+        "write conformance vectors",
+        "Write conformance vectors for other implementations: for a set of cases, the inputs "
+        "and\nevery stage in float32 and float64 as .npy, with manifest.json and FORMAT.md.",
+        "  npbert vectors --model M --out vectors/\n",
+    )
     add_model(vectors)
-    vectors.add_argument("--out", type=Path, required=True, metavar="DIR")
+    vectors.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="a new directory for the vectors"
+    )
     vectors.set_defaults(run=run_vectors)
 
-    inspect = commands.add_parser("inspect", help="the five embedding tensors of a checkpoint")
-    inspect.add_argument("model", metavar="MODEL", help="checkpoint directory or Hub repo id")
+
+def add_inspect(commands) -> None:
+    inspect = command(
+        commands,
+        "inspect",
+        "the embedding tensors of a checkpoint",
+        "Show a checkpoint's embedding tensors (name, shape, dtype, bytes, file) and the "
+        "settings\nnpbert reads from its config.json.",
+        "  npbert inspect path/to/checkpoint\n  npbert inspect --model bert-base-uncased\n",
+    )
+    inspect.add_argument(
+        "model", nargs="?", metavar="MODEL", help="checkpoint directory or Hub repo id"
+    )
+    inspect.add_argument(
+        "--model", dest="model_option", metavar="M", help="the same as MODEL, as other commands"
+    )
     add_revision(inspect)
     inspect.set_defaults(run=run_inspect)
 
-    fetch = commands.add_parser("fetch", help="fetch a Hub model's embedding tensors")
+
+def add_fetch(commands) -> None:
+    fetch = command(
+        commands,
+        "fetch",
+        "fetch a Hub model's embedding tensors",
+        "Fetch a Hub model's embedding tensors (with its config and tokenizer) into the cache, "
+        "by\nHTTP range requests: only the embedding tensors' bytes, unless --full.",
+        "  npbert fetch bert-base-uncased\n  npbert fetch bert-base-uncased --revision main\n",
+    )
     fetch.add_argument("model", metavar="MODEL", help="Hub repo id")
     add_revision(fetch)
     fetch.set_defaults(run=run_fetch)
-
-    add_positions_parser(commands)
-    return parser
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:
@@ -122,22 +296,42 @@ def add_model(parser: argparse.ArgumentParser) -> None:
 
 
 def add_revision(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--revision", help="Hub branch, tag or commit sha")
     parser.add_argument(
-        "--full", action="store_true", help="download the whole weights file from the Hub"
+        "--revision", help="Hub branch, tag or commit sha (default: the repo's main branch)"
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="download the whole weights file from the Hub, not only the embedding tensors",
     )
 
 
 def add_inputs(parser: argparse.ArgumentParser) -> None:
     """TEXT arguments (with --pair, --truncate) or --ids-file, and the model."""
-    parser.add_argument("texts", nargs="*", metavar="TEXT")
+    parser.add_argument(
+        "texts", nargs="*", metavar="TEXT", help="texts to embed; put one starting with - after --"
+    )
     add_model(parser)
     parser.add_argument(
         "--pair", action="append", metavar="TEXT", help="sentence B, once per TEXT (repeatable)"
     )
-    parser.add_argument("--truncate", action="store_true", help="cut texts to max positions")
-    parser.add_argument("--ids-file", type=Path, metavar="IDS.npy", help="(L,) or (B, L) int ids")
-    parser.add_argument("--token-type-ids-file", type=Path, metavar="TT.npy")
+    parser.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut texts longer than the model allows (default: refuse them)",
+    )
+    parser.add_argument(
+        "--ids-file",
+        type=Path,
+        metavar="IDS.npy",
+        help="token ids instead of TEXT: (L,) or (B, L) integers",
+    )
+    parser.add_argument(
+        "--token-type-ids-file",
+        type=Path,
+        metavar="TT.npy",
+        help="token type ids for --ids-file, of its shape (default: all 0)",
+    )
 
 
 @dataclass
@@ -160,28 +354,17 @@ class Inputs:
 
 
 def read_inputs(args) -> Inputs:
-    from npbert.model import Embedder, load_weights
+    from npbert.model import Embedder
 
-    hub = {"revision": args.revision, "full": args.full}
     if args.ids_file is not None:
-        if args.texts or args.pair:
-            raise InputError("give TEXT arguments or --ids-file, not both")
-        input_ids = load_ids(args.ids_file, "--ids-file")
-        token_type_ids = None
-        if args.token_type_ids_file is not None:
-            token_type_ids = load_ids(args.token_type_ids_file, "--token-type-ids-file")
-        arrays = {"input_ids": input_ids}
-        if token_type_ids is not None:
-            arrays["token_type_ids"] = token_type_ids
-        weights = load_weights(args.model, **hub)
-        return Inputs(weights, input_ids, token_type_ids, arrays, {"ids_file": str(args.ids_file)})
+        return read_ids(args)
     if args.token_type_ids_file is not None:
         raise InputError("--token-type-ids-file goes with --ids-file")
     if not args.texts:
         raise InputError("nothing to embed: give TEXT arguments or --ids-file")
     if args.pair and len(args.pair) != len(args.texts):
         raise InputError(f"{len(args.texts)} TEXT arguments but {len(args.pair)} --pair")
-    embedder = Embedder.from_pretrained(args.model, **hub)
+    embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
     encoding = embedder.encode(args.texts, args.pair, truncation=args.truncate)
     arrays = {
         "input_ids": encoding.input_ids,
@@ -199,6 +382,28 @@ def read_inputs(args) -> Inputs:
         args.texts,
         encoding.attention_mask,
     )
+
+
+def read_ids(args) -> Inputs:
+    """--ids-file and --token-type-ids-file: ids without padding, so the mask is all ones."""
+    from npbert.model import load_weights
+
+    if args.texts or args.pair:
+        raise InputError("give TEXT arguments or --ids-file, not both")
+    input_ids = load_npy(args.ids_file, "--ids-file")
+    token_type_ids = None
+    if args.token_type_ids_file is not None:
+        token_type_ids = load_npy(args.token_type_ids_file, "--token-type-ids-file")
+    arrays = {
+        "input_ids": input_ids,
+        # The token types used: the file's, or the default, all 0, as a tokenizer gives them.
+        "token_type_ids": np.zeros(np.shape(input_ids), np.int64)
+        if token_type_ids is None
+        else token_type_ids,
+        "attention_mask": np.ones(np.shape(input_ids), np.int64),
+    }
+    weights = load_weights(args.model, revision=args.revision, full=args.full)
+    return Inputs(weights, input_ids, token_type_ids, arrays, {"ids_file": str(args.ids_file)})
 
 
 def run_embed(args) -> int:
@@ -235,8 +440,6 @@ def run_embed_corpus(args) -> int:
         raise InputError("--input embeds a whole file: give no TEXT, --pair, --ids-file, --stages")
     if args.out is None:
         raise InputError("--input needs --out DIR, the directory the shards go to")
-    if args.batch_size < 1 or args.shard_tokens < 1:
-        raise InputError("--batch-size and --shard-tokens must be at least 1")
     input_format = args.input_format or ("jsonl" if args.input.endswith(".jsonl") else "txt")
     embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
     index = embed_corpus(
@@ -281,18 +484,6 @@ def run_vectors(args) -> int:
     manifest = write_vectors(embedder, args.out)
     print(f"wrote {len(manifest['cases'])} cases to {args.out} (manifest.json, FORMAT.md)")
     return 0
-
-
-def load_ids(path: Path, name: str) -> np.ndarray:
-    """An .npy of ids, never unpickled."""
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, EOFError) as error:  # object arrays need pickle; not a valid .npy
-        raise InputError(f"{name} {path}: not a readable .npy array ({error})") from None
-    if not isinstance(array, np.ndarray):
-        array.close()
-        raise InputError(f"{name} {path}: an .npz archive; give one array as .npy")
-    return array
 
 
 def metadata(weights, **inputs) -> dict:
@@ -387,7 +578,10 @@ def run_inspect(args) -> int:
     from npbert.checkpoint import locate_checkpoint
     from npbert.model import resolve
 
-    directory, source = resolve(args.model, revision=args.revision, full=args.full)
+    if (args.model is None) == (args.model_option is None):
+        raise InputError("give the model once: npbert inspect MODEL, or --model MODEL")
+    model = args.model or args.model_option
+    directory, source = resolve(model, revision=args.revision, full=args.full)
     config, tensors = locate_checkpoint(directory)
     width = max(len(t.name) for t in tensors.values())
     print(
@@ -435,8 +629,17 @@ def add_positions_parser(commands) -> None:
     """`npbert positions`: the model's position table against the sinusoidal table."""
     from npbert.positions import DEFAULT_PRETRAINING_LENGTH
 
-    positions = commands.add_parser(
-        "positions", help="learned or sinusoidal? the position table against the sinusoids"
+    positions = command(
+        commands,
+        "positions",
+        "learned or sinusoidal? the position table against the sinusoids",
+        "Measure how the model's learned position table relates to the sinusoidal table of the "
+        "same shape, and to a random one: the least-squares fit by the sinusoids (R^2), each "
+        "dimension's frequency, the cosine between positions and how it falls with distance, "
+        "and the row norms by position, with a plain reading of the numbers.",
+        "  npbert positions --model path/to/checkpoint\n"
+        "  npbert positions --model bert-base-uncased --plot positions.png\n"
+        "  npbert positions --model M --json > positions.json\n",
     )
     add_model(positions)
     positions.add_argument(

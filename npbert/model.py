@@ -1,7 +1,7 @@
 """npbert's public API: load the weights, embed ids, or embed text with an Embedder."""
 
+import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from npbert.errors import InputError
 from npbert.inputs import prepare_inputs
 
 
-def resolve(model: str | Path, *, revision: str | None = None, full: bool = False):
+def resolve(model: str | os.PathLike, *, revision: str | None = None, full: bool = False):
     """A local checkpoint directory as is, or a Hub repo id fetched into the cache.
 
     Returns (directory, source) where source records the model and, for the Hub, the commit.
@@ -19,11 +19,11 @@ def resolve(model: str | Path, *, revision: str | None = None, full: bool = Fals
     """
     from npbert import hub
 
-    return hub.resolve(str(model), revision=revision, full=full)
+    return hub.resolve(os.fspath(model), revision=revision, full=full)
 
 
 def load_weights(
-    model: str | Path, *, revision: str | None = None, full: bool = False
+    model: str | os.PathLike, *, revision: str | None = None, full: bool = False
 ) -> EmbeddingWeights:
     """The embedding tensors of a checkpoint (local directory or Hub repo id) as float32, and
     its configuration (weights.config): the family config.json's model_type names.
@@ -136,7 +136,8 @@ class EmbedderOutput:
     """Embeddings of tokenized text with the inputs that produced them.
 
     For a list of texts: embeddings (B, L, E) float32, the rest (B, L) int64, padded to the
-    longest text (attention_mask 0 on padding). For a single text the batch axis is dropped.
+    longest text (attention_mask 0 on padding). For a single text the batch axis is dropped:
+    (L, E) and (L,), with no padding.
     """
 
     embeddings: np.ndarray
@@ -147,7 +148,12 @@ class EmbedderOutput:
 
 
 class Embedder:
-    """A tokenizer and the embedding weights of one checkpoint: text in, embeddings out."""
+    """A tokenizer and the embedding weights of one checkpoint: text in, embeddings out.
+
+    embedder(texts) embeds a list as one batch padded to its longest text, (B, L, E), as a
+    model takes it; embedder.embed_each(texts, batch_size=32) embeds a long list in batches
+    and returns one unpadded output per text. Threads may share an Embedder.
+    """
 
     def __init__(self, weights: EmbeddingWeights, tokenizer):
         from npbert.tokenize import Tokenizer
@@ -159,6 +165,11 @@ class Embedder:
                 f"{type(tokenizer).__name__}"
             )
         config = weights.config
+        if tokenizer.pad_token_id is not None and tokenizer.pad_token_id >= config.vocab_size:
+            raise InputError(
+                f"{tokenizer.name} pads with id {tokenizer.pad_token_id}, past the model's word "
+                f"table ({config.vocab_size} rows): the tokenizer and the checkpoint disagree"
+            )
         if config.positions == "padded" and tokenizer.pad_token_id != config.padding_idx:
             # Positions count the tokens that are not padding_idx: with another pad id,
             # padding would be counted as text.
@@ -171,7 +182,7 @@ class Embedder:
 
     @classmethod
     def from_pretrained(
-        cls, model: str | Path, *, revision: str | None = None, full: bool = False
+        cls, model: str | os.PathLike, *, revision: str | None = None, full: bool = False
     ) -> "Embedder":
         """Load from a local checkpoint directory or a Hub repo id (see load_weights)."""
         from npbert.tokenize import load_tokenizer
@@ -185,12 +196,17 @@ class Embedder:
         )
         return cls(weights, tokenizer)
 
-    def encode(self, texts: list[str], pairs: list[str] | None = None, *, truncation=False):
-        """Tokenize a batch: npbert.tokenize.Encoding with (B, L) arrays."""
-        encodings = self.tokenizer.encode_batch(
-            texts, pairs, max_length=self.weights.config.max_length, truncation=truncation
-        )
-        return self.tokenizer.pad(encodings)
+    def encode(
+        self,
+        texts: list[str],
+        pairs: list[str] | None = None,
+        *,
+        truncation: bool = False,
+        max_length: int | None = None,
+    ):
+        """Tokenize a batch: npbert.tokenize.Encoding with (B, L) arrays, padded to the
+        longest text. Arguments as __call__."""
+        return self._pad(self._tokenize(texts, pairs, truncation, max_length))
 
     def embed(self, encoding, **kwargs) -> np.ndarray:
         """embed() of an Encoding: its token types where the family has a table, its mask."""
@@ -204,16 +220,23 @@ class Embedder:
         pairs: str | list[str] | None = None,
         *,
         truncation: bool = False,
+        max_length: int | None = None,
     ) -> EmbedderOutput:
-        """Embed a text, a list of texts, or texts with `pairs` (sentence B for each text)."""
+        """Embed a text, or a list of texts as one batch padded to its longest text.
+
+        pairs: sentence B for the text, or one for each text. max_length: the tokens a text
+        may have, at most the model's limit (the default); a longer text is an error unless
+        truncation=True, which keeps its first max_length tokens. The output holds
+        B x longest x E float32: for a long list, embed_each keeps memory bounded.
+        """
         single = isinstance(texts, str)
         if isinstance(pairs, str) and not single:
             raise InputError("pairs must be a list with one pair per text when texts is a list")
         if single:
             texts = [texts]
             pairs = None if pairs is None else [pairs]
-        pairs = None if pairs is None else list(pairs)
-        encoding = self.encode(list(texts), pairs, truncation=truncation)
+        texts, pairs = _listed(texts), _listed(pairs)
+        encoding = self.encode(texts, pairs, truncation=truncation, max_length=max_length)
         arrays = (
             self.embed(encoding),
             encoding.input_ids,
@@ -223,3 +246,88 @@ class Embedder:
         if single:
             return EmbedderOutput(*(a[0] for a in arrays), tokens=encoding.tokens[0])
         return EmbedderOutput(*arrays, tokens=encoding.tokens)
+
+    def embed_each(
+        self,
+        texts: list[str],
+        pairs: list[str] | None = None,
+        *,
+        batch_size: int = 32,
+        truncation: bool = False,
+        max_length: int | None = None,
+        show_progress_bar: bool = False,
+    ) -> list[EmbedderOutput]:
+        """Embed every text of a list on its own: one EmbedderOutput per text, in order, each
+        as embedder(text) gives it, (L_i, E) float32 and (L_i,) int64 with no padding.
+
+        The texts are embedded batch_size at a time, sorted by length so that each batch,
+        padded to its own longest text, holds little padding: beyond the outputs, memory
+        stays within one batch. show_progress_bar: a tqdm bar of the texts embedded.
+        Other arguments as __call__.
+        """
+        from huggingface_hub.utils import tqdm  # the progress bar huggingface_hub uses
+
+        if isinstance(texts, str) or isinstance(pairs, str):
+            raise InputError(
+                "embed_each takes lists of texts (and pairs); embed one with embedder(text)"
+            )
+        _count("batch_size", batch_size)
+        encodings = self._tokenize(_listed(texts), _listed(pairs), truncation, max_length)
+        order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
+        outputs: list = [None] * len(encodings)
+        with tqdm(total=len(encodings), unit="text", disable=not show_progress_bar) as bar:
+            for start in range(0, len(order), batch_size):
+                members = order[start : start + batch_size]
+                batch = self._pad([encodings[i] for i in members])
+                embeddings = self.embed(batch)  # (batch, longest, E)
+                for row, i in enumerate(members):
+                    outputs[i] = _unpadded(batch, embeddings, row)
+                bar.update(len(members))
+        return outputs
+
+    def _tokenize(self, texts, pairs, truncation: bool, max_length: int | None) -> list:
+        """tokenizers Encodings, unpadded, each within the call's limit on tokens."""
+        limit = self.weights.config.max_length
+        if max_length is not None:
+            _count("max_length", max_length)
+            limit = max_length if limit is None else min(max_length, limit)
+        return self.tokenizer.encode_batch(texts, pairs, max_length=limit, truncation=truncation)
+
+    def _pad(self, encodings: list):
+        """The Encodings padded to their longest; an id past the word table means the
+        tokenizer is not the checkpoint's (it would otherwise be blamed on input_ids)."""
+        padded = self.tokenizer.pad(encodings)
+        rows = self.weights.config.vocab_size
+        past = np.argwhere(padded.input_ids >= rows)
+        if past.size:
+            b, i = past[0]
+            raise InputError(
+                f"{self.tokenizer.name} gives the token {padded.tokens[b][i]!r} the id "
+                f"{padded.input_ids[b, i]}, past the model's word table ({rows} rows): the "
+                "tokenizer and the checkpoint disagree"
+            )
+        return padded
+
+
+def _count(name: str, value) -> None:
+    """A whole number of at least 1 (not a bool, not 1.0), or InputError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
+def _listed(values) -> list | None:
+    """A list of the texts or pairs given as any sequence; None stays None."""
+    return None if values is None else list(values)
+
+
+def _unpadded(batch, embeddings: np.ndarray, row: int) -> EmbedderOutput:
+    """Row `row` of a padded batch without its padding, copied, so that no output keeps the
+    whole batch's memory alive."""
+    length = len(batch.tokens[row])
+    return EmbedderOutput(
+        embeddings[row, :length].copy(),
+        batch.input_ids[row, :length].copy(),
+        batch.token_type_ids[row, :length].copy(),
+        batch.attention_mask[row, :length].copy(),
+        tokens=batch.tokens[row],
+    )

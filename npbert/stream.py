@@ -18,6 +18,7 @@ way after each one, so an interrupted run leaves only complete shards that the i
 
 import itertools
 import json
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -160,8 +161,8 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
 
 def embed_corpus(
     embedder: Embedder,
-    source: str,
-    directory: Path,
+    source: str | os.PathLike,
+    directory: str | os.PathLike,
     *,
     input_format: str,
     batch_size: int = 32,
@@ -171,6 +172,7 @@ def embed_corpus(
     progress: bool = True,
 ) -> dict:
     """Embed every text of `source` into shards under `directory`; returns the index."""
+    source, directory = os.fspath(source), Path(directory)
     settings = {
         "format": "npbert corpus embeddings, version 1",
         "model": embedder.weights.source,
@@ -213,8 +215,9 @@ def embed_corpus(
     return index
 
 
-def read_corpus(directory: Path) -> Iterator[np.ndarray]:
+def read_corpus(directory: str | os.PathLike) -> Iterator[np.ndarray]:
     """Every text's embeddings, (L_i, H) float32, in input order, from a finished run."""
+    directory = Path(directory)
     index = json.loads((directory / INDEX).read_text())
     for shard in index["shards"]:
         rows = np.load(directory / f"{shard['name']}.npy", mmap_mode="r")

@@ -8,11 +8,12 @@ a hard-coded "[PAD]". Padding and truncation stored in tokenizer.json are ignore
 text longer than the model allows is an error unless truncation is asked for.
 
 A loaded tokenizer is never changed afterwards, so threads can share it: truncation uses a
-copy made once per length, and padding is done here.
+copy made once per length (the last few lengths are kept), and padding is done here.
 """
 
+import functools
 import json
-import threading
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +21,11 @@ import numpy as np
 
 from npbert.errors import InputError
 
-# The tokenizers library raises plain Exception for a file it cannot read.
+# The tokenizers library raises plain Exception for a file it cannot read or a text its
+# model cannot encode (a WordPiece vocabulary without its [UNK] token).
 TokenizersError = Exception
+
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,24 +41,22 @@ class Encoding:
 class Tokenizer:
     """A checkpoint's tokenizer and its pad id; shared safely between threads."""
 
-    def __init__(self, tokenizer, pad_token_id: int | None):
+    def __init__(self, tokenizer, pad_token_id: int | None, name: str = "the tokenizer"):
         tokenizer.no_padding()
         tokenizer.no_truncation()
         self.tokenizer = tokenizer  # a tokenizers.Tokenizer, never changed after this
         self.pad_token_id = pad_token_id
-        self._truncating: dict[int, object] = {}  # max_length -> a copy that truncates
-        self._lock = threading.Lock()
+        self.name = name  # for errors: the file it was read from
+        # max_length -> a copy that truncates; lru_cache is safe to call from threads.
+        self.truncating = functools.lru_cache(maxsize=8)(self._truncating)
 
-    def truncating(self, max_length: int):
-        """The tokenizer, copied once per max_length with truncation on."""
-        with self._lock:
-            if max_length not in self._truncating:
-                from tokenizers import Tokenizer as Library
+    def _truncating(self, max_length: int):
+        """A copy of the tokenizer that truncates to max_length."""
+        from tokenizers import Tokenizer as Library
 
-                copy = Library.from_str(self.tokenizer.to_str())
-                copy.enable_truncation(max_length=max_length)
-                self._truncating[max_length] = copy
-            return self._truncating[max_length]
+        copy = Library.from_str(self.tokenizer.to_str())
+        copy.enable_truncation(max_length=max_length)
+        return copy
 
     def encode_batch(
         self,
@@ -77,12 +79,17 @@ class Tokenizer:
                 raise InputError(f"{len(texts)} texts but {len(pairs)} pairs: give one per text")
             inputs = list(zip(texts, pairs, strict=True))
         cut = truncation and max_length is not None
-        encodings = (self.truncating(max_length) if cut else self.tokenizer).encode_batch(inputs)
+        tokenizer = self.truncating(max_length) if cut else self.tokenizer
+        try:
+            encodings = tokenizer.encode_batch(inputs)
+        except TokenizersError as error:
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise InputError(f"{self.name} cannot encode the texts: {first}") from None
         for i, encoding in enumerate(encodings):
             if max_length is not None and len(encoding.ids) > max_length:
                 name = names[i] if names else f"text {i}"
                 raise InputError(
-                    f"{name} has {len(encoding.ids)} tokens, more than the model's "
+                    f"{name} has {len(encoding.ids)} tokens, more than the limit of "
                     f"{max_length}; ask for truncation (truncation=True, --truncate) to keep "
                     f"the first {max_length}"
                 )
@@ -120,26 +127,32 @@ def _check_texts(name: str, texts: list, names: list[str] | None) -> None:
             ) from None
 
 
-def load_tokenizer(directory: Path, *, vocab_txt: bool, pad_token_id: int | None) -> Tokenizer:
+def load_tokenizer(
+    directory: str | os.PathLike, *, vocab_txt: bool, pad_token_id: int | None
+) -> Tokenizer:
     """The checkpoint's tokenizer.json, or, where the family uses BERT's tokenizer
     (vocab_txt), its vocab.txt as the tokenizers library's BertWordPieceTokenizer.
     The pad id: tokenizer.json's, tokenizer_config.json's pad_token, else pad_token_id."""
+    directory = Path(directory)
+    settings = _tokenizer_config(directory)  # read whenever present: a broken one is refused
     tokenizer_json = directory / "tokenizer.json"
     vocab = directory / "vocab.txt"
     if tokenizer_json.is_file():
         from tokenizers import Tokenizer as Library
 
+        source = tokenizer_json
         try:
             tokenizer = Library.from_file(str(tokenizer_json))
         except TokenizersError as error:
             raise InputError(f"{tokenizer_json} is not a tokenizer the tokenizers library reads: "
                              f"{str(error).splitlines()[0]}") from None  # fmt: skip
     elif vocab.is_file() and vocab_txt:
-        tokenizer = _wordpiece(vocab, _lowercase(directory))
+        source = vocab
+        tokenizer = _wordpiece(vocab, _lowercase(settings, directory))
     else:
         wanted = "tokenizer.json or vocab.txt" if vocab_txt else "tokenizer.json"
         raise InputError(f"{directory} has no {wanted}")
-    return Tokenizer(tokenizer, _pad_id(tokenizer, directory, pad_token_id))
+    return Tokenizer(tokenizer, _pad_id(tokenizer, settings, directory, pad_token_id), str(source))
 
 
 def _wordpiece(vocab: Path, lowercase: bool):
@@ -147,9 +160,12 @@ def _wordpiece(vocab: Path, lowercase: bool):
     from tokenizers import BertWordPieceTokenizer
 
     try:
-        words = vocab.read_text(encoding="utf-8").splitlines()
+        text = vocab.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{vocab} is not UTF-8 text") from None
+    if "\0" in text:
+        raise InputError(f"{vocab} holds NUL bytes: a binary file, not a vocabulary")
+    words = text.splitlines()
     missing = [token for token in ("[CLS]", "[SEP]", "[UNK]") if token not in words]
     if missing:
         raise InputError(f"{vocab} lacks {', '.join(missing)}: it is not a BERT vocabulary")
@@ -157,7 +173,7 @@ def _wordpiece(vocab: Path, lowercase: bool):
 
 
 def _tokenizer_config(directory: Path) -> dict:
-    path = directory / "tokenizer_config.json"
+    path = directory / TOKENIZER_CONFIG
     if not path.is_file():
         return {}
     try:
@@ -169,21 +185,27 @@ def _tokenizer_config(directory: Path) -> dict:
     return config
 
 
-def _lowercase(directory: Path) -> bool:
+def _lowercase(settings: dict, directory: Path) -> bool:
     """do_lower_case from tokenizer_config.json; BERT's uncased default when it is absent."""
-    lowercase = _tokenizer_config(directory).get("do_lower_case", True)
+    lowercase = settings.get("do_lower_case", True)
     if not isinstance(lowercase, bool):
-        raise InputError(f"{directory / 'tokenizer_config.json'}: do_lower_case must be a bool")
+        raise InputError(f"{directory / TOKENIZER_CONFIG}: do_lower_case must be true or false")
     return lowercase
 
 
-def _pad_id(tokenizer, directory: Path, fallback: int | None) -> int | None:
+def _pad_id(tokenizer, settings: dict, directory: Path, fallback: int | None) -> int | None:
     """The pad token's id as the tokenizer knows it, else config.json's pad_token_id."""
     if tokenizer.padding is not None:
         return tokenizer.padding["pad_id"]
-    pad = _tokenizer_config(directory).get("pad_token")
-    if isinstance(pad, dict):
+    pad = settings.get("pad_token")
+    if isinstance(pad, dict):  # an AddedToken as transformers saves it
         pad = pad.get("content")
-    if isinstance(pad, str) and tokenizer.token_to_id(pad) is not None:
-        return tokenizer.token_to_id(pad)
-    return fallback
+    if pad is None:
+        return fallback
+    if not isinstance(pad, str):
+        raise InputError(
+            f"{directory / TOKENIZER_CONFIG}: pad_token must be a string or an object with a "
+            f"string 'content', not {type(pad).__name__}"
+        )
+    pad_id = tokenizer.token_to_id(pad)
+    return fallback if pad_id is None else pad_id

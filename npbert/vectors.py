@@ -4,6 +4,7 @@ checkpoint's sha256."""
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -136,8 +137,9 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_vectors(embedder: Embedder, directory: Path) -> dict:
+def write_vectors(embedder: Embedder, directory: str | os.PathLike) -> dict:
     """Write every case to `directory` (built under a temporary name, then renamed)."""
+    directory = Path(directory)
     if directory.exists():
         raise InputError(f"--out {directory} exists: give a new directory")
     if not directory.parent.is_dir():

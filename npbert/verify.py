@@ -8,12 +8,14 @@ the output (and a projection after it). The first stage that does not is where t
 """
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from npbert.errors import InputError
+from npbert.npyfile import load_npy, load_npz
 
 # Every stage name a family may have (npbert.embedding), for reading a candidate's arrays.
 STAGES = (
@@ -31,34 +33,43 @@ DEFAULT_ATOL = 1e-5  # what Hugging Face's and ONNX export checks use
 DEFAULT_RTOL = 0.0
 
 
-def load_candidate(path: Path) -> dict[str, np.ndarray]:
+def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Another implementation's output: .npy (the embeddings), .npz or .safetensors
     (`embeddings` and any stage names), or .json (a nested list, or an object of them)."""
+    path = Path(path)
     if not path.is_file():
         raise InputError(f"candidate {path}: no such file")
     suffix = path.suffix.lower()
-    try:
-        if suffix == ".npy":
-            arrays = {"embeddings": np.load(path, allow_pickle=False)}
-        elif suffix == ".npz":
-            with np.load(path, allow_pickle=False) as archive:
-                arrays = {key: archive[key] for key in archive.files}
-        elif suffix == ".safetensors":
-            from safetensors.numpy import load_file
-
-            arrays = load_file(str(path))
-        elif suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
-            arrays = data if isinstance(data, dict) else {"embeddings": data}
-        else:
-            raise InputError(f"candidate {path}: use .npy, .npz, .safetensors or .json")
-    except (ValueError, TypeError, OSError, EOFError, RecursionError) as error:
-        if isinstance(error, InputError):
-            raise
-        raise InputError(f"candidate {path}: cannot read it ({error})") from None
+    if suffix not in (".npy", ".npz", ".safetensors", ".json"):
+        raise InputError(f"candidate {path}: use .npy, .npz, .safetensors or .json")
+    if suffix == ".npy":
+        arrays = {"embeddings": load_npy(path, "candidate")}
+    elif suffix == ".npz":
+        arrays = load_npz(path, "candidate")
+    else:
+        arrays = _load_other(path, suffix)
     if "embeddings" not in arrays:
         raise InputError(f"candidate {path}: no 'embeddings' array (it has {sorted(arrays)})")
     return {key: _as_float(path, key, arrays[key]) for key in STAGES if key in arrays}
+
+
+def _load_other(path: Path, suffix: str) -> dict:
+    """A .safetensors file's tensors (the library checks its header against the file), or
+    a .json file's arrays as nested lists."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        if suffix == ".safetensors":
+            return load_file(str(path))
+        data = json.loads(path.read_text(encoding="utf-8"))  # RecursionError when nested deep
+    except (SafetensorError, ValueError, OSError, RecursionError) as error:
+        raise InputError(f"candidate {path}: cannot read it ({_first_line(error)})") from None
+    return data if isinstance(data, dict) else {"embeddings": data}
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _as_float(path: Path, key: str, value) -> np.ndarray:
@@ -86,22 +97,33 @@ class StageResult:
     max_rel_float32: float = float("inf")
     ok: bool = False
     worst: dict = field(default_factory=dict)  # index, candidate, reference, npbert_float32
+    batch_axis: str | None = None  # "added" or "dropped" to compare (BATCH_AXIS), or None
 
 
-def _align(name: str, candidate: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
-    """expected in the candidate's shape, or None when the shapes disagree. Shapes must match
-    exactly, but for a batch axis of 1 that one of the two lacks, and position rows that the
-    reference shares across the batch, (L, E), and the candidate gives per sequence."""
+def _align(name: str, candidate: np.ndarray, expected: np.ndarray) -> tuple:
+    """(expected in the candidate's shape, or None when the shapes disagree; BATCH_AXIS key).
+
+    Shapes must match exactly, but for a batch axis of 1 that one of the two lacks, and
+    position rows that the reference shares across the batch, (L, E), and the candidate
+    gives per sequence. Nothing else broadcasts: a (2, 3, H) or (1, 1, 3, H) candidate for a
+    (1, 3, H) reference is a wrong shape."""
     if candidate.shape == expected.shape:
-        return expected
-    if expected.shape[:1] == (1,) and candidate.shape == expected.shape[1:]:
-        return expected[0]
-    if candidate.shape[:1] == (1,) and candidate.shape[1:] == expected.shape:
-        return expected[None]
+        return expected, None
+    if expected.ndim == 3 and expected.shape[0] == 1 and candidate.shape == expected.shape[1:]:
+        return expected[0], "added"
     shared = name == "position" and expected.ndim == 2 and candidate.ndim == 3
     if shared and candidate.shape[1:] == expected.shape:
-        return np.broadcast_to(expected, candidate.shape)
-    return None
+        return np.broadcast_to(expected, candidate.shape), None
+    if expected.ndim == 2 and candidate.shape == (1, *expected.shape):
+        return expected[None], "dropped"
+    return None, None
+
+
+# What the report's "batch_axis" says, when a batch axis of 1 was needed to compare.
+BATCH_AXIS = {
+    "added": "the candidate has no batch axis; compared as a batch of one sequence",
+    "dropped": "the candidate has a batch axis of 1 that the reference lacks; compared without it",
+}
 
 
 def _errors(candidate: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, float]:
@@ -116,10 +138,10 @@ def _errors(candidate: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, fl
 
 
 def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> StageResult:
-    expected = _align(name, candidate, reference64)
+    expected, batch_axis = _align(name, candidate, reference64)
     if expected is None:
         return StageResult(name, False, (candidate.shape, reference64.shape))
-    expected32 = _align(name, candidate, reference32)
+    expected32, _ = _align(name, candidate, reference32)
     error, max_rel = _errors(candidate, expected)
     error32, max_rel32 = _errors(candidate, expected32)
     worst = np.unravel_index(np.argmax(error), error.shape)
@@ -127,6 +149,7 @@ def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> Stag
         name=name,
         shape_ok=True,
         shapes=(candidate.shape, candidate.shape),
+        batch_axis=batch_axis,
         max_abs=float(error.max()),
         max_rel=max_rel,
         max_abs_float32=float(error32.max()),
@@ -177,7 +200,7 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
     }
     output = next(s for s in stages if s.name == "embeddings")  # load_candidate requires it
     if output.shape_ok:
-        expected = _align("embeddings", candidate["embeddings"], reference64["embeddings"])
+        expected, _ = _align("embeddings", candidate["embeddings"], reference64["embeddings"])
         ulp = ulps(candidate["embeddings"], expected)
         ulp[np.isnan(ulp)] = np.inf
         cos = cosines(candidate["embeddings"], expected)  # (..., L)
@@ -205,6 +228,7 @@ def _stage_dict(stage: StageResult) -> dict:
         "max_abs_vs_npbert_float32": stage.max_abs_float32,
         "max_rel_vs_npbert_float32": stage.max_rel_float32,
         "worst": stage.worst,
+        "batch_axis": stage.batch_axis,
     }
 
 
@@ -226,6 +250,8 @@ def format_report(report: dict) -> str:
             f" max rel {stage['max_rel']:.3g}; worst at {tuple(worst['index'])}:"
             f" {worst['candidate']:.8g} vs {worst['reference']:.8g}"
         )
+        if stage["batch_axis"]:
+            lines.append(f"  {'':<11} note:  {BATCH_AXIS[stage['batch_axis']]}")
     if "embeddings" in report:
         out = report["embeddings"]
         lines.append(

@@ -1,5 +1,6 @@
 """The npbert command: outputs, the walk-through, and one-line errors with exit 2."""
 
+import argparse
 import json
 import re
 import subprocess
@@ -202,3 +203,203 @@ def test_texts_may_follow_the_options(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments: --bogus" in err and err.count("\n") == 1
+
+
+def npbert_process(*argv, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m npbert ARGV` as a process, bounded in time; arguments may be bytes."""
+    kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    return subprocess.run([sys.executable, "-m", "npbert", *argv], timeout=120, **kwargs)
+
+
+def one_line_error(result: subprocess.CompletedProcess, message: str = "") -> bool:
+    err = result.stderr.decode(errors="replace")
+    return (
+        result.returncode == 2
+        and err.startswith("npbert: error: ")
+        and err.count("\n") == 1
+        and message in err
+        and "Traceback" not in err
+    )
+
+
+def test_summary_counts_a_literal_pad_in_the_text_as_a_token(capsys, minilm_dir):
+    # The text's own "[PAD]" is the pad token; the summary used to drop every "[PAD]" string,
+    # the text's included, and so showed 4 tokens and the ids of another row's length.
+    texts = ["hello [PAD] world", "a longer text, so that the first one is padded"]
+    code, stdout, _ = run(capsys, "embed", *texts, "--model", minilm_dir)
+    expected = npbert.Embedder.from_pretrained(minilm_dir)(texts[0])
+    assert code == 0 and expected.tokens == ["[CLS]", "hello", "[PAD]", "world", "[SEP]"]
+    assert "    5 tokens: [CLS] hello [PAD] world [SEP]\n" in stdout
+    assert f"    input_ids: {' '.join(map(str, expected.input_ids))}\n" in stdout
+    from npbert.explain import format_row
+
+    first_text = stdout.split("[1] ")[0]
+    assert f"last  {format_row(expected.embeddings[-1])}" in first_text  # [SEP], not padding
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["embed", b"\xff", "--model", TINY], "texts[0] is not valid Unicode"),
+        (["embed", "ok", "--pair", b"a\xffb", "--model", TINY], "pairs[0] is not valid Unicode"),
+        (["embed", b"\xed\xa0\x80", "--model", TINY], "texts[0] is not valid Unicode"),  # U+D800
+        (["explain", b"caf\xe9", "--model", TINY], "texts[0] is not valid Unicode"),  # Latin-1
+        (["explain", "ok", "--pair", b"\xed\xb0\x80", "--model", TINY], "pairs[0] is not valid"),
+        (["compare", "c.npy", "--model", TINY, b"\xff"], "texts[0] is not valid Unicode"),
+    ],
+)
+def test_text_that_is_not_utf8_is_one_line_error(tmp_path, argv, message):
+    np.save(tmp_path / "c.npy", np.zeros((1, 3, 32)))
+    argv = [a if isinstance(a, bytes) else str(a) for a in argv]
+    assert one_line_error(npbert_process(*argv, cwd=tmp_path), message)
+
+
+def crafted_npy(path, claimed: int = 10**11):
+    """A 145-byte .npy whose header claims `claimed` int64 elements."""
+    import io
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<i8", "fortran_order": False, "shape": (claimed,)}
+    )
+    path.write_bytes(header.getvalue().ljust(145, b"\0"))
+    return path
+
+
+@pytest.mark.parametrize("option", ["--ids-file", "--token-type-ids-file"])
+def test_npy_header_claiming_more_than_the_file_holds(tmp_path, capsys, option):
+    np.save(tmp_path / "ids.npy", np.array([[2, 13, 3]]))
+    files = {"--ids-file": tmp_path / "ids.npy", option: crafted_npy(tmp_path / "crafted.npy")}
+    argv = ["embed", "--model", TINY]
+    for name, path in files.items():
+        argv += [name, path]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1
+    assert f"{option} {tmp_path / 'crafted.npy'}: its header describes a (100000000000,)" in err
+    assert "800,000,000,000 bytes, but only 17 bytes follow the header" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["embed", "--input", "c.txt", "--out", "o", "--batch-size", "0"], "--batch-size: must"),
+        (["embed", "--input", "c.txt", "--out", "o", "--batch-size", "1.5"], "whole number"),
+        (["embed", "--input", "c.txt", "--out", "o", "--shard-tokens", "-1"], "at least 1"),
+        (["compare", "c.npy", "x", "--atol", "-1"], "--atol: must be a finite number"),
+        (["compare", "c.npy", "x", "--atol", "nan"], "--atol: must be a finite number"),
+        (["compare", "c.npy", "x", "--rtol", "inf"], "--rtol: must be a finite number"),
+        (["compare", "c.npy", "x", "--rtol", "bogus"], "--rtol: must be a finite number"),
+    ],
+)
+def test_bad_numbers_are_usage_errors(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--model", str(TINY)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_closed_stdout_ends_quietly_as_sigpipe(tmp_path):
+    import os
+    import signal
+
+    np.save(tmp_path / "ids.npy", np.full((2000, 8), 5))  # a summary far past a pipe's buffer
+    argv = ["embed", "--ids-file", "ids.npy", "--model", str(TINY)]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before npbert writes a byte
+    try:
+        closed = npbert_process(*argv, cwd=tmp_path, stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    assert closed.returncode == -signal.SIGPIPE and closed.stderr == b""  # as `ls`, `git`
+    pipeline = 'set -o pipefail; "$@" | head -1; echo "status $?"'
+    command = [sys.executable, "-m", "npbert", *argv]
+    shell = subprocess.run(
+        ["bash", "-c", pipeline, "bash", *command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shell.stdout == f"model: {TINY}\nstatus 141\n" and shell.stderr == ""
+
+
+def test_version_and_python_dash_m():
+    version = f"npbert {npbert.__version__}\n".encode()
+    assert npbert_process("--version").stdout == version
+    assert main_process("--version").stdout == version
+    result = npbert_process("inspect", str(TINY))
+    assert result.returncode == 0 and b"word_embeddings" in result.stdout
+
+
+def main_process(*argv) -> subprocess.CompletedProcess:
+    """The console script's entry point, npbert.cli:main, as a process."""
+    code = "import sys; from npbert.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, timeout=60)
+
+
+def subcommands() -> dict:
+    from npbert.cli import build_parser
+
+    parser = build_parser()
+    return next(a for a in parser._actions if a.choices).choices  # argparse's subparsers
+
+
+@pytest.mark.parametrize("name", ["embed", "explain", "compare", "vectors", "inspect", "fetch"])
+def test_help_has_a_description_examples_defaults_and_help_for_every_option(name, capsys):
+    command = subcommands()[name]
+    assert command.description and command.epilog.startswith("examples:\n  npbert " + name)
+    for action in command._actions:
+        assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+        if action.default not in (None, False, argparse.SUPPRESS):
+            assert "%(default)" in action.help, f"{name} {action.dest}: default not shown"
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    out = capsys.readouterr().out
+    assert "examples:\n  npbert " + name in out
+    if name == "embed":
+        assert "(default: 32)" in out and "(default: 16384)" in out
+    if name == "compare":
+        assert "(default: 1e-05)" in out
+
+
+def test_inspect_takes_the_model_as_other_commands_do(capsys):
+    code, by_option, _ = run(capsys, "inspect", "--model", TINY)
+    assert code == 0 and by_option == run(capsys, "inspect", TINY)[1]
+    for argv in (["inspect"], ["inspect", TINY, "--model", TINY]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "give the model once" in err
+
+
+def test_texts_after_double_dash_may_start_with_a_dash(tmp_path, capsys):
+    code, stdout, _ = run(capsys, "embed", "--model", TINY, "i", "--", "-5 am", "--pair")
+    assert code == 0 and "[1] -5 am" in stdout and "[2] --pair" in stdout
+    weights = npbert.load_weights(TINY)
+    encoding = npbert.Embedder.from_pretrained(TINY).encode(["-5 am"])
+    np.save(tmp_path / "c.npy", npbert.embed(weights, encoding.input_ids))
+    code, stdout, _ = run(capsys, "compare", tmp_path / "c.npy", "--model", TINY, "--", "-5 am")
+    assert code == 0 and "PASS" in stdout
+
+
+def test_ids_file_npz_holds_token_types_and_mask(tmp_path, capsys):
+    ids = np.array([[2, 13, 14, 3], [2, 15, 16, 3]], dtype=np.int32)
+    np.save(tmp_path / "ids.npy", ids)
+    code, _, _ = run(
+        capsys, "embed", "--ids-file", tmp_path / "ids.npy", "--model", TINY, "--out",
+        tmp_path / "out.npz",
+    )  # fmt: skip
+    assert code == 0
+    with np.load(tmp_path / "out.npz") as saved:
+        np.testing.assert_array_equal(saved["input_ids"], ids)
+        np.testing.assert_array_equal(saved["token_type_ids"], np.zeros_like(ids))
+        np.testing.assert_array_equal(saved["attention_mask"], np.ones_like(ids))
+        np.testing.assert_array_equal(
+            saved["embeddings"], npbert.embed(npbert.load_weights(TINY), ids)
+        )
+    types = np.array([[0, 0, 1, 1], [0, 1, 1, 1]])
+    np.save(tmp_path / "tt.npy", types)
+    code, _, _ = run(
+        capsys, "embed", "--ids-file", tmp_path / "ids.npy", "--token-type-ids-file",
+        tmp_path / "tt.npy", "--model", TINY, "--out", tmp_path / "typed.npz",
+    )  # fmt: skip
+    with np.load(tmp_path / "typed.npz") as saved:
+        np.testing.assert_array_equal(saved["token_type_ids"], types)

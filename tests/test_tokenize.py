@@ -1,5 +1,6 @@
 """Tokenizing with the tokenizers library: padding, pairs, truncation, vocab.txt fallback."""
 
+import json
 import os
 
 import numpy as np
@@ -64,7 +65,7 @@ def test_vocab_txt_fallback_tokenizes_like_tokenizer_json(tmp_path, minilm_dir, 
 
 def test_too_long_is_an_error_unless_truncation_is_asked(embedder):
     long = "word " * 600
-    too_long = r"text 1 has \d+ tokens, more than the model's 512.*trunc"
+    too_long = r"text 1 has \d+ tokens, more than the limit of 512.*trunc"
     with pytest.raises(InputError, match=too_long):
         embedder(["short", long])
     result = embedder(["short", long], truncation=True)
@@ -91,3 +92,214 @@ def test_directory_without_tokenizer_is_refused(tmp_path, minilm_dir):
         os.symlink(minilm_dir / name, tmp_path / name)
     with pytest.raises(InputError, match=r"has no tokenizer\.json or vocab\.txt"):
         npbert.Embedder.from_pretrained(tmp_path)
+
+
+def side_files(tmp_path, base, files: dict) -> str:
+    """A checkpoint directory: base's config.json and weights, and the given side files."""
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(base / name, tmp_path / name)
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(tmp_path)
+
+
+def tokenizer_json(minilm_dir, change) -> str:
+    """all-MiniLM-L6-v2's tokenizer.json, changed by change(dict)."""
+    data = json.loads((minilm_dir / "tokenizer.json").read_text())
+    change(data)
+    return json.dumps(data)
+
+
+def real(name: str):
+    """all-MiniLM-L6-v2's own file, unchanged."""
+    return lambda minilm_dir: (minilm_dir / name).read_bytes()
+
+
+def set_in(path: list, value):
+    def change(data):
+        for key in path[:-1]:
+            data = data[key]
+        data[path[-1]] = value
+
+    return change
+
+
+TOKENIZER_FILES = {
+    "tokenizer.json malformed": ({"tokenizer.json": "{oops"}, "not a tokenizer the tokenizers"),
+    "tokenizer.json a list": ({"tokenizer.json": "[]"}, "not a tokenizer the tokenizers library"),
+    "tokenizer.json binary": ({"tokenizer.json": b"\xff\xfe\0\1"}, "not a tokenizer the"),
+    "tokenizer.json of another schema": (
+        {"tokenizer.json": lambda m: tokenizer_json(m, set_in(["model"], 3))},
+        "not a tokenizer the tokenizers library reads",
+    ),
+    "tokenizer.json without [UNK]": (
+        {"tokenizer.json": lambda m: tokenizer_json(m, set_in(["model", "vocab"], {"a": 0}))},
+        "tokenizer.json cannot encode the texts: WordPiece error: Missing [UNK] token",
+    ),
+    "tokenizer.json with an id past the table": (
+        {"tokenizer.json": lambda m: tokenizer_json(m, set_in(["model", "vocab", "hello"], 99999))},
+        "tokenizer.json gives the token 'hello' the id 99999, past the model's word table",
+    ),
+    "tokenizer.json padding past the table": (
+        {"tokenizer.json": lambda m: tokenizer_json(m, set_in(["padding", "pad_id"], 99999))},
+        "tokenizer.json pads with id 99999, past the model's word table (30522 rows)",
+    ),
+    "vocab.txt empty": ({"vocab.txt": ""}, "vocab.txt lacks [CLS], [SEP], [UNK]"),
+    "vocab.txt binary": ({"vocab.txt": b"\x89PNG\r\n\x1a\n\xff"}, "vocab.txt is not UTF-8 text"),
+    "vocab.txt with NUL bytes": (
+        {"vocab.txt": b"[CLS]\n[SEP]\n[UNK]\n\0\0\0\n"},
+        "vocab.txt holds NUL bytes",
+    ),
+    "vocab.txt without [SEP]": ({"vocab.txt": "[PAD]\n[UNK]\n[CLS]\nhello\n"}, "lacks [SEP]"),
+    "tokenizer_config.json invalid": (
+        {"vocab.txt": real("vocab.txt"), "tokenizer_config.json": "{oops"},
+        "tokenizer_config.json is not valid JSON",
+    ),
+    "tokenizer_config.json a list": (
+        {"vocab.txt": real("vocab.txt"), "tokenizer_config.json": "[1]"},
+        "tokenizer_config.json must hold a JSON object",
+    ),
+    "tokenizer_config.json do_lower_case a string": (
+        {"vocab.txt": real("vocab.txt"), "tokenizer_config.json": '{"do_lower_case": "yes"}'},
+        "do_lower_case must be true or false",
+    ),
+    "tokenizer_config.json pad_token of another type": (
+        {"vocab.txt": real("vocab.txt"), "tokenizer_config.json": '{"pad_token": {"content": 5}}'},
+        "pad_token must be a string or an object with a string 'content', not int",
+    ),
+    "tokenizer_config.json invalid beside tokenizer.json": (
+        {"tokenizer.json": real("tokenizer.json"), "tokenizer_config.json": "{oops"},
+        "tokenizer_config.json is not valid JSON",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TOKENIZER_FILES)
+def test_bad_tokenizer_files_are_one_line_errors(tmp_path, capsys, minilm_dir, case):
+    from npbert.cli import main
+
+    files, message = TOKENIZER_FILES[case]
+    files = {name: c(minilm_dir) if callable(c) else c for name, c in files.items()}
+    model = side_files(tmp_path, minilm_dir, files)
+    code = main(["embed", "hello world", "a longer text than that", "--model", model])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert err.startswith("npbert: error: ")
+
+
+LONG = "word " * 600  # 602 tokens, past all-MiniLM-L6-v2's 512
+CALLS = {  # name -> a call on a shared Embedder, each with its own options
+    "long text, truncated": lambda e: e([LONG, "short"], truncation=True),
+    "long text, not truncated": lambda e: e([LONG]),  # must stay an error
+    "pairs": lambda e: e(TEXTS[:2], ["Who is Sinan?", "Sinan wrote a notebook."]),
+    "single text": lambda e: e(TEXTS[2]),
+    "padded batch": lambda e: e(TEXTS),
+    "max_length 8, truncated": lambda e: e(TEXTS, max_length=8, truncation=True),
+    "each, batches of 2": lambda e: e.embed_each([*TEXTS, LONG], batch_size=2, truncation=True),
+}
+
+
+def outcome(call, embedder):
+    """What a call gives: its arrays, or the error it raises."""
+    try:
+        result = call(embedder)
+    except InputError as error:
+        return ("error", str(error))
+    results = result if isinstance(result, list) else [result]
+    return [(r.embeddings, r.input_ids, r.token_type_ids, r.attention_mask) for r in results]
+
+
+def same(a, b) -> bool:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return a == b
+    return len(a) == len(b) and all(
+        all(np.array_equal(x, y) for x, y in zip(p, q, strict=True))
+        for p, q in zip(a, b, strict=True)
+    )
+
+
+def test_threads_sharing_an_embedder_get_what_one_thread_gets(embedder):
+    from concurrent.futures import ThreadPoolExecutor
+
+    expected = {name: outcome(call, embedder) for name, call in CALLS.items()}
+    assert expected["long text, not truncated"][0] == "error"
+    assert expected["long text, truncated"][0][1].shape == (2, 512)
+    names = [list(CALLS)[i % len(CALLS)] for i in range(280)]  # 40 calls of each kind
+    np.random.default_rng(0).shuffle(names)
+    with ThreadPoolExecutor(8) as pool:
+        futures = [(name, pool.submit(outcome, CALLS[name], embedder)) for name in names]
+        for name, future in futures:
+            assert same(future.result(timeout=120), expected[name]), name
+
+
+def test_embed_each_gives_each_text_as_alone(embedder):
+    texts = [*TEXTS, "a", TEXTS[0] + " " + TEXTS[1]]
+    pairs = ["x", "y y", "z", "w", "v"]
+    for batch_size in (1, 2, 32):
+        each = embedder.embed_each(texts, pairs, batch_size=batch_size)
+        assert len(each) == len(texts)
+        for output, text, pair in zip(each, texts, pairs, strict=True):
+            alone = embedder(text, pair)
+            assert output.tokens == alone.tokens and output.embeddings.shape[0] == len(alone.tokens)
+            for key in ("embeddings", "input_ids", "token_type_ids", "attention_mask"):
+                np.testing.assert_array_equal(getattr(output, key), getattr(alone, key))
+            assert output.embeddings.base is None  # a copy: no padded batch kept alive
+
+
+def test_embed_each_memory_stays_within_a_batch(embedder, monkeypatch):
+    """5,000 texts are never one padded (5000, L, E) array: each call of the layer sees at
+    most batch_size texts, padded to its own longest."""
+    seen = []
+    real_embed = embedder.embed
+
+    def counting(encoding, **kwargs):
+        seen.append(encoding.input_ids.shape)
+        return real_embed(encoding, **kwargs)
+
+    monkeypatch.setattr(embedder, "embed", counting)
+    texts = [("word " * (i % 40)).strip() or "x" for i in range(5000)]
+    each = embedder.embed_each(texts, batch_size=64)
+    assert len(each) == 5000 and max(b for b, _ in seen) == 64 and len(seen) == 79
+    padding = sum(b * length for b, length in seen) - sum(len(o.tokens) for o in each)
+    assert padding < 64 * len(seen)  # sorted by length: a batch spans lengths one token apart
+
+
+def test_embed_each_shows_a_progress_bar_only_when_asked(embedder, capsys):
+    embedder.embed_each(TEXTS, batch_size=1)
+    assert capsys.readouterr().err == ""
+    embedder.embed_each(TEXTS, batch_size=1, show_progress_bar=True)
+    assert "3/3" in capsys.readouterr().err
+
+
+def test_max_length_per_call_is_capped_by_the_model(embedder):
+    cut = embedder(TEXTS, max_length=6, truncation=True)
+    assert cut.input_ids.shape == (3, 6) and all(t[-1] == "[SEP]" for t in cut.tokens)
+    with pytest.raises(InputError, match="text 0 has 11 tokens, more than the limit of 6"):
+        embedder(TEXTS, max_length=6)
+    capped = embedder([LONG], max_length=10_000, truncation=True)
+    assert capped.input_ids.shape == (1, 512)  # the model's limit
+    with pytest.raises(InputError, match="more than the limit of 512"):
+        embedder([LONG], max_length=10_000)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be a whole number of at least 1, got 0"),
+        ({"batch_size": 2.0}, "batch_size must be a whole number"),
+        ({"batch_size": True}, "batch_size must be a whole number"),
+        ({"max_length": 0}, "max_length must be a whole number of at least 1"),
+        ({"max_length": "8"}, "max_length must be a whole number"),
+    ],
+)
+def test_bad_batch_size_and_max_length(embedder, kwargs, message):
+    with pytest.raises(InputError, match=message):
+        embedder.embed_each(TEXTS, **kwargs)
+    if "max_length" in kwargs:
+        with pytest.raises(InputError, match=message):
+            embedder(TEXTS, **kwargs)
+
+
+def test_embed_each_takes_lists(embedder):
+    with pytest.raises(InputError, match="embed_each takes lists"):
+        embedder.embed_each("one text")

@@ -219,7 +219,7 @@ def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm
         ("c.npz", None, "no 'embeddings' array"),
         ("c.json", b'{"embeddings": [["a"]]}', "'embeddings' is not a numeric array"),
         ("c.json", b"{oops", "cannot read it"),
-        ("c.npy", b"garbage", "cannot read it"),
+        ("c.npy", b"garbage", "not a readable .npy array"),
     ],
 )
 def test_bad_candidates_exit_2(tmp_path, capsys, name, content, message):
@@ -288,3 +288,112 @@ def test_vectors_are_complete_and_consistent(tmp_path, capsys):
     assert set(types.ravel().tolist()) == set(range(weights.config.type_vocab_size))
     assert main(["vectors", "--model", str(TINY), "--out", str(out)]) == 2  # never overwrites
     assert "exists" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_reference():
+    """npbert's float64 output for 'i am' on tiny-bert, (1, 4, 32), and its ids."""
+    weights = npbert.load_weights(TINY)
+    ids = npbert.Embedder.from_pretrained(TINY).encode(["i am"]).input_ids
+    return npbert.embed(weights, ids, dtype=np.float64), ids
+
+
+def compare_text(capsys, candidate, *extra):
+    code = main(["compare", str(candidate), "--model", str(TINY), "i am", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    "reshape",
+    [
+        lambda x: np.concatenate([x, x]),  # (2, 4, 32): broadcasts against (1, 4, 32)
+        lambda x: x[None],  # (1, 1, 4, 32)
+        lambda x: x[:, :1],  # (1, 1, 32): broadcasts along the positions
+        lambda x: x[:, :, None],  # (1, 4, 1, 32)
+    ],
+)
+def test_shapes_that_merely_broadcast_fail(tmp_path, capsys, tiny_reference, reshape):
+    reference, _ = tiny_reference
+    candidate = reshape(reference)
+    np.save(tmp_path / "c.npy", candidate)
+    code, out, _ = compare_text(capsys, tmp_path / "c.npy", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["first_disagreeing_stage"] == "embeddings"
+    assert report["stages"]["embeddings"] == {
+        "ok": False,
+        "candidate_shape": list(candidate.shape),
+        "expected_shape": [1, 4, 32],
+    }
+
+
+def test_complex_candidates_are_refused(tmp_path, capsys, tiny_reference):
+    reference, _ = tiny_reference
+    np.save(tmp_path / "c.npy", reference + 0j)  # the real part is right
+    code, _, err = compare_text(capsys, tmp_path / "c.npy")
+    assert code == 2 and "'embeddings' is complex" in err and err.count("\n") == 1
+    np.savez(tmp_path / "c.npz", embeddings=reference, sum=reference.astype(np.complex64))
+    code, _, err = compare_text(capsys, tmp_path / "c.npz")
+    assert code == 2 and "'sum' is complex" in err
+
+
+def test_the_report_says_when_a_batch_axis_of_1_was_added_or_dropped(
+    tmp_path, capsys, tiny_reference
+):
+    reference, ids = tiny_reference
+    np.save(tmp_path / "unbatched.npy", reference[0])  # (4, 32) for a (1, 4, 32) reference
+    code, out, _ = compare_text(capsys, tmp_path / "unbatched.npy", "--json")
+    assert code == 0 and json.loads(out)["stages"]["embeddings"]["batch_axis"] == "added"
+    code, out, _ = compare_text(capsys, tmp_path / "unbatched.npy")
+    assert "note:  the candidate has no batch axis; compared as a batch of one" in out
+    np.save(tmp_path / "ids.npy", ids[0])  # (L,) ids: the reference is (4, 32)
+    np.save(tmp_path / "batched.npy", reference)
+    argv = ["compare", str(tmp_path / "batched.npy"), "--model", str(TINY)]
+    code = main([*argv, "--ids-file", str(tmp_path / "ids.npy"), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["stages"]["embeddings"]["batch_axis"] == "dropped"
+    code, out, _ = compare_text(capsys, tmp_path / "batched.npy", "--json")
+    assert code == 0 and json.loads(out)["stages"]["embeddings"]["batch_axis"] is None
+    assert "note:" not in compare_text(capsys, tmp_path / "batched.npy")[1]
+
+
+def crafted_header(claimed: int = 10**11) -> bytes:
+    """The 145 bytes of an .npy whose header claims `claimed` float64 elements."""
+    import io
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": (claimed,)}
+    )
+    return header.getvalue().ljust(145, b"\0")
+
+
+def deep_json(depth: int) -> bytes:
+    return b"[" * depth + b"1.0" + b"]" * depth
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("c.npy", crafted_header(), "800,000,000,000 bytes, but only 17 bytes follow"),
+        ("c.npz", "crafted member", "embeddings.npy: its header describes a (100000000000,)"),
+        ("c.json", deep_json(100_000), "cannot read it (maximum recursion depth"),
+        ("c.json", b'{"embeddings": ' + deep_json(100_000) + b"}", "cannot read it"),
+        ("c.json", b"[[" + b"9" * 400 + b"]]", "'embeddings' is not a numeric array"),
+        ("c.json", b"[[" + b"9" * 5000 + b"]]", "cannot read it"),  # past Python's digit limit
+        ("c.safetensors", b"\x10" + b"\0" * 7 + b"{}", "cannot read it"),
+        ("c.npz", b"PK\x05\x06" + b"\0" * 18, "no 'embeddings' array"),  # an empty archive
+        ("c.npz", b"PK\x03\x04garbage", "not a readable .npz archive"),
+    ],
+)
+def test_crafted_candidates_are_one_line_errors(tmp_path, capsys, name, content, message):
+    path = tmp_path / name
+    if content == "crafted member":
+        import zipfile
+
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("embeddings.npy", crafted_header())
+    else:
+        path.write_bytes(content)
+    code, _, err = compare_text(capsys, path)
+    assert code == 2 and message in err and err.count("\n") == 1, err

@@ -1,0 +1,84 @@
+"""Reading .npy and .npz files that come from outside: ids files and compare's candidates.
+
+Never unpickled (allow_pickle=False), and every array's header is checked against the bytes
+that follow it before NumPy allocates anything: a 145-byte .npy can claim 10^11 elements,
+and np.load would try to allocate all of them before finding the data missing.
+"""
+
+import math
+import os
+import zipfile
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from npbert.errors import InputError
+
+# NumPy's public header readers by format version. Version 3.0 only adds UTF-8 field names
+# of structured dtypes, which no array of ids or embeddings has: it is refused.
+HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")  # how np.load tells an .npz, an empty one too
+
+
+def check_header(stream: BinaryIO, size: int, where: str) -> None:
+    """The array a .npy stream's header describes must fit in the stream's `size` bytes.
+    Leaves the stream past the header."""
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version not in HEADER_READERS:
+            raise ValueError(f".npy format version {version[0]}.{version[1]} is not supported")
+        shape, _, dtype = HEADER_READERS[version](stream)
+    except (ValueError, EOFError) as error:
+        raise InputError(f"{where}: not a readable .npy array ({error})") from None
+    needed = math.prod(shape) * dtype.itemsize
+    available = size - stream.tell()
+    if needed > available:
+        raise InputError(
+            f"{where}: its header describes a {shape} {dtype} array of {needed:,} bytes, but "
+            f"only {available:,} bytes follow the header"
+        )
+
+
+def load_npy(path: str | os.PathLike, where: str) -> np.ndarray:
+    """One array from a .npy file, after checking its header against the file's size."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        if f.read(4) in ZIP_STARTS:
+            raise InputError(f"{where} {path}: an .npz archive; give one array as .npy")
+        f.seek(0)
+        check_header(f, os.fstat(f.fileno()).st_size, f"{where} {path}")
+        f.seek(0)
+        return _load(f, f"{where} {path}")
+
+
+def load_npz(path: str | os.PathLike, where: str) -> dict[str, np.ndarray]:
+    """Every array of an .npz archive, by name, after checking each header against the size
+    the archive gives its member."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.infolist():
+                with archive.open(member) as stream:
+                    check_header(stream, member.file_size, f"{where} {path}: {member.filename}")
+    except zipfile.BadZipFile as error:
+        raise InputError(f"{where} {path}: not a readable .npz archive ({error})") from None
+    with open(path, "rb") as f, _load(f, f"{where} {path}") as archive:
+        return {key: _read(archive, key, f"{where} {path}") for key in archive.files}
+
+
+def _load(f: BinaryIO, where: str):
+    try:
+        return np.load(f, allow_pickle=False)
+    except (ValueError, EOFError, MemoryError) as error:  # e.g. object arrays need pickle
+        raise InputError(f"{where}: not a readable .npy array ({error})") from None
+
+
+def _read(archive, key: str, where: str) -> np.ndarray:
+    try:
+        return archive[key]
+    except (ValueError, EOFError, MemoryError, zipfile.BadZipFile) as error:
+        raise InputError(f"{where}: '{key}' is not a readable array ({error})") from None
