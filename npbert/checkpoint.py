@@ -9,7 +9,6 @@ memory-mapped; float16 and bfloat16 widen to float32 exactly. An integer
 `embeddings.position_ids` buffer, in older exports, is ignored.
 """
 
-import json
 import os
 import struct
 from dataclasses import dataclass, field, fields
@@ -24,6 +23,7 @@ from npbert.config import (
     identify,
     make_config,
     read_config,
+    read_json_object,
 )
 from npbert.errors import InputError
 from npbert.families import FAMILIES
@@ -179,11 +179,7 @@ def weight_files(directory: Path) -> tuple[dict[str, Path], dict[Path, tuple]]:
 
 def read_index(path: Path) -> dict[str, str]:
     """An index's weight_map, checked: tensor name -> a shard file inside the directory."""
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise InputError(f"{path} is not valid JSON: {error}") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    weight_map = read_json_object(path).get("weight_map")
     if not isinstance(weight_map, dict):
         raise InputError(f"{path} has no weight_map object")
     for name, shard in weight_map.items():

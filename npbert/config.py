@@ -54,6 +54,12 @@ def read_config(directory: Path) -> dict:
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
         raise InputError(f"{directory} has no {CONFIG_FILE}: npbert needs it to know the model")
+    return read_json_object(path)
+
+
+def read_json_object(path: Path) -> dict:
+    """A checkpoint's JSON file that must hold an object (config.json, tokenizer_config.json,
+    the weights index), or InputError."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:

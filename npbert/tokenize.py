@@ -12,13 +12,13 @@ copy made once per length (the last few lengths are kept), and padding is done h
 """
 
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from npbert.config import read_json_object
 from npbert.errors import InputError
 
 # The tokenizers library raises plain Exception for a file it cannot read or a text its
@@ -174,15 +174,7 @@ def _wordpiece(vocab: Path, lowercase: bool):
 
 def _tokenizer_config(directory: Path) -> dict:
     path = directory / TOKENIZER_CONFIG
-    if not path.is_file():
-        return {}
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise InputError(f"{path} is not valid JSON: {error}") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{path} must hold a JSON object")
-    return config
+    return read_json_object(path) if path.is_file() else {}
 
 
 def _lowercase(settings: dict, directory: Path) -> bool:

@@ -138,7 +138,7 @@ def write_index(tmp_path, weight_map):
 @pytest.mark.parametrize(
     ("index", "message"),
     [
-        ([], "has no weight_map object"),
+        ([], "must hold a JSON object, not list"),
         ({"metadata": {}}, "has no weight_map object"),
         ({"weight_map": ["x"]}, "has no weight_map object"),
         ({"weight_map": {WORD: 3}}, "is in 3, not a file"),
