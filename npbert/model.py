@@ -12,25 +12,35 @@ from npbert.fast import empty, run_blocks
 from npbert.inputs import prepare_ids
 
 
-def resolve(model: str | Path, *, revision: str | None = None, full: bool = False):
+def resolve(model: str | Path, *, revision: str | None = None, full: bool = False, **hub_options):
     """A local checkpoint directory as is, or a Hub repo id fetched into the cache.
 
     Returns (directory, source) where source records the model and, for the Hub, the commit.
-    From the Hub only the embedding tensors are fetched, unless full=True.
+    From the Hub only the embedding tensors are fetched, unless full=True. hub_options:
+    token, cache_dir, local_files_only, with huggingface_hub's meanings.
     """
     from npbert import hub
 
-    return hub.resolve(str(model), revision=revision, full=full)
+    return hub.resolve(str(model), revision=revision, full=full, **hub_options)
 
 
 def load_weights(
-    model: str | Path, *, revision: str | None = None, full: bool = False
+    model: str | Path,
+    *,
+    revision: str | None = None,
+    full: bool = False,
+    token: str | bool | None = None,
+    cache_dir: str | Path | None = None,
+    local_files_only: bool = False,
 ) -> EmbeddingWeights:
     """The five embedding tensors of a checkpoint (local directory or Hub repo id) as float32.
 
     revision: a Hub branch, tag or commit sha. full: download the whole weights file.
+    token, cache_dir, local_files_only: as in huggingface_hub (a token string, True for the
+    saved one, False for none; the Hub cache directory; the cache only, no request).
     """
-    directory, source = resolve(model, revision=revision, full=full)
+    hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
+    directory, source = resolve(model, revision=revision, full=full, **hub)
     return load_checkpoint(directory, source)
 
 
@@ -129,12 +139,20 @@ class Embedder:
 
     @classmethod
     def from_pretrained(
-        cls, model: str | Path, *, revision: str | None = None, full: bool = False
+        cls,
+        model: str | Path,
+        *,
+        revision: str | None = None,
+        full: bool = False,
+        token: str | bool | None = None,
+        cache_dir: str | Path | None = None,
+        local_files_only: bool = False,
     ) -> "Embedder":
         """Load from a local checkpoint directory or a Hub repo id (see load_weights)."""
         from npbert.tokenize import load_tokenizer
 
-        directory, source = resolve(model, revision=revision, full=full)
+        hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
+        directory, source = resolve(model, revision=revision, full=full, **hub)
         return cls(load_checkpoint(directory, source), load_tokenizer(directory))
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, *, truncation=False):
