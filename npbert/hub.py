@@ -39,8 +39,13 @@ import numpy as np
 from npbert.atomic import building_directory
 from npbert.checkpoint import INDEX_FILE, WEIGHTS_FILE, embedding_tensor_names, no_safetensors
 from npbert.errors import InputError
-from npbert.header import TensorHeader, header_length, parse_header, read_file_header
-from npbert.header import require_floats as require_float_tensors
+from npbert.header import (
+    TensorHeader,
+    header_length,
+    parse_header,
+    read_file_header,
+    require_floats,
+)
 from npbert.ranges import RangeIgnored, get_range, network_errors
 
 EMBEDDINGS_DIR = "npbert-embeddings"  # in a snapshot; no Hub repo is expected to have one
@@ -145,7 +150,7 @@ def fetch(
         if access.offline:
             raise NotFound(
                 f"{repo_id} is not in the cache {access.cache} and the Hub is not to be asked "
-                "(HF_HUB_OFFLINE or local_files_only): allow it once to fetch the model"
+                "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"
             )
         return download(repo_id, revision, full, access)
 
@@ -262,7 +267,7 @@ def model_info(repo_id: str, revision: str | None, access: Access):
     except network_errors() as error:
         reason = _first_line(error)
         if "timeout" in type(error).__name__.lower():  # each client names its timeouts so
-            reason = f"no answer within {first_answer_timeout():g} s, HF_HUB_ETAG_TIMEOUT"
+            reason = f"no answer in {first_answer_timeout():g} s; HF_HUB_ETAG_TIMEOUT=S waits S s"
         raise NotFound(
             f"cannot reach {constants.ENDPOINT} ({reason}) and {repo_id} is not cached: "
             "connect, or set HF_ENDPOINT, and run `npbert fetch` once"
@@ -502,7 +507,7 @@ def _locate_embeddings(repo_id, commit, files, config, access) -> tuple[dict, di
         missing = [n for n in held if n not in remotes[shard].tensors]
         if missing:
             raise InputError(f"{repo_id}/{INDEX_FILE} puts {missing[0]} in {shard}, which lacks it")
-        require_float_tensors(remotes[shard].tensors, held, remotes[shard].where)
+        require_floats(remotes[shard].tensors, held, remotes[shard].where)
     return names, weight_map, remotes
 
 
@@ -591,8 +596,8 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
 
 def cache_write_error(path, reason: str) -> InputError:
     return InputError(
-        f"cannot write {path} ({reason}): free space in the Hugging Face cache, or choose "
-        "another with HF_HOME, HF_HUB_CACHE or --cache-dir"
+        f"cannot write {path} ({reason}): make room there, or choose another Hugging Face "
+        "cache with HF_HOME, HF_HUB_CACHE or --cache-dir"
     )
 
 

@@ -380,7 +380,7 @@ def test_two_processes_fetching_at_once_both_succeed(hub, bert_base_dir):
         ("wrong_range", header_range, "the server answered Content-Range"),
         ("short", header_range, "nothing was cached"),
         ("wrong_size", header_range, "then the server said"),
-        ("stall", model_info, "no answer within 2 s"),
+        ("stall", model_info, "no answer in 2 s"),
         ("error_503", model_info, "the Hub answered"),
     ],
 )
@@ -460,7 +460,7 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
     home.mkdir()
     result = hub.exec(*namespace, "sh", "-c", script, sys.executable, BASE, HF_HOME=str(home))
     line = one_line(result)
-    assert "No space left on device" in line and "free space in the Hugging Face cache" in line
+    assert "No space left on device" in line and "choose another Hugging Face cache" in line
     assert "config.json" in result.stdout and "npbert-embeddings" not in result.stdout
 
 
