@@ -574,7 +574,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
         # base class. huggingface_hub 0.x raises LocalEntryNotFoundError for any failed
         # request of a file not cached, an answer from the Hub included.
         if isinstance(error.__cause__, hf.HfHubHTTPError):
-            raise InputError(f"{at}: the Hub answered {_first_line(error.__cause__)}") from None
+            raise InputError(f"{at}: the Hub answered {_answer(error.__cause__)}") from None
         raise NotFound(
             f"cannot reach {constants.ENDPOINT} and {at} is not cached: connect, or set "
             "HF_ENDPOINT, and run `npbert fetch` once"
@@ -582,7 +582,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
     except hf.EntryNotFoundError as error:
         raise InputError(f"{at}: file not found ({_first_line(error)})") from None
     except hf.HfHubHTTPError as error:
-        raise InputError(f"{at}: the Hub answered {_first_line(error)}") from None
+        raise InputError(f"{at}: the Hub answered {_answer(error)}") from None
     except network_errors() as error:  # requests' errors are OSErrors: before the disk's
         raise InputError(
             f"{at}: network error talking to {constants.ENDPOINT} ({_first_line(error)}); "
@@ -599,6 +599,15 @@ def cache_write_error(path, reason: str) -> InputError:
         f"cannot write {path} ({reason}): make room there, or choose another Hugging Face "
         "cache with HF_HOME, HF_HUB_CACHE or --cache-dir"
     )
+
+
+def _answer(error) -> str:
+    """An error status as '503 Service Unavailable for URL', whichever client got it."""
+    response = error.response
+    if response is None:
+        return _first_line(error)
+    reason = getattr(response, "reason_phrase", None) or getattr(response, "reason", "")
+    return f"{response.status_code} {reason} for {response.url}"  # httpx's name, requests'
 
 
 def _first_line(error: Exception) -> str:

@@ -16,7 +16,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import huggingface_hub
 import numpy as np
 import pytest
 from conftest import TINY
@@ -376,19 +375,18 @@ def test_two_processes_fetching_at_once_both_succeed(hub, bert_base_dir):
         ("no_content_range", data_range, "the server answered Content-Range ''"),
         ("wrong_length", data_range, "Content-Length"),
         ("wrong_size", data_range, "then the server said"),
-        ("error_503", data_range, "the Hub answered"),
+        ("error_503", data_range, "the Hub answered 503 Service Unavailable for http"),
         ("wrong_range", header_range, "the server answered Content-Range"),
         ("short", header_range, "nothing was cached"),
         ("wrong_size", header_range, "then the server said"),
         ("stall", model_info, "no answer in 2 s"),
-        ("error_503", model_info, "the Hub answered"),
+        ("error_503", model_info, "the Hub answered 503 Service Unavailable for http"),
     ],
 )
 def test_each_fault_is_a_one_line_error_in_time_and_a_rerun_is_correct(hub, kind, where, message):
     hub.faults.append(Fault(kind, where))
     result = hub.run("fetch", "test/tiny", **FAST)
     assert message in one_line(result)
-    assert kind != "error_503" or "503" in result.stderr
     assert result.seconds < 10
     assert entries(hub, "test/tiny") == []
     rerun = hub.run("fetch", "test/tiny", **FAST)
@@ -511,6 +509,15 @@ def test_kill_9_mid_fetch_leaves_temporaries_that_the_next_fetch_removes(hub):
     assert entries(hub, "test/tiny") == [snapshot(hub, "test/tiny") / "npbert-embeddings"]
 
 
+def hf_command() -> Path | None:
+    """huggingface_hub's `hf` command beside this Python, where it is installed and runs."""
+    hf = Path(sys.executable).with_name("hf")
+    if not hf.exists():
+        return None
+    works = subprocess.run([hf, "--help"], capture_output=True, timeout=60, check=False)
+    return hf if works.returncode == 0 else None
+
+
 def test_the_cache_is_one_that_huggingface_hubs_tools_list_and_delete(hub):
     from huggingface_hub import scan_cache_dir
 
@@ -528,8 +535,8 @@ def test_the_cache_is_one_that_huggingface_hubs_tools_list_and_delete(hub):
     info.delete_revisions(revisions["test/tiny"].commit_hash).execute()
     assert not revisions["test/tiny"].snapshot_path.exists()
     assert "is not in the cache" in one_line(hub.run("fetch", "test/tiny", "--offline"))
-    hf = Path(sys.executable).with_name("hf")  # huggingface_hub's command, where installed
-    if hf.exists():
+    hf = hf_command()
+    if hf is not None:
         listed = hub.exec(hf, "cache", "ls", "--show-warnings")
         assert "test/sharded" in listed.stdout
         assert "inconsisten" not in listed.stdout + listed.stderr
@@ -619,9 +626,9 @@ def test_huggingface_hubs_retry_warnings_show_only_when_asked_for(hub, tmp_path)
     hub.faults.append(Fault("error_503", head_config, times=2))
     quiet = hub.run("fetch", "test/tiny")
     assert "Retrying" not in quiet.stderr
-    assert quiet.returncode == 0 or "the Hub answered 503" in one_line(quiet).replace(" Server", "")
-    if huggingface_hub.__version__.startswith("0."):
-        return  # 0.x does not retry the request, so there is nothing to show
+    if quiet.returncode != 0:  # this huggingface_hub does not retry (0.x, 1.0): nothing to show
+        assert "the Hub answered 503 Service Unavailable for http" in one_line(quiet)
+        return
     hub.faults.append(Fault("error_503", head_config, times=2))
     shown = hub.run("fetch", "test/tiny", HF_HUB_VERBOSITY="warning", HF_HOME=str(tmp_path / "b"))
     assert shown.returncode == 0 and "Retrying in 1s" in shown.stderr
