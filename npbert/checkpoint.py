@@ -10,7 +10,6 @@ memory-mapped; float16 and bfloat16 widen to float32 exactly. An integer
 """
 
 import os
-import struct
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -214,19 +213,17 @@ def _open(path: Path):
 
 
 def _header(path: Path) -> tuple[int, dict]:
-    """(where the data buffer starts, tensor name -> huggingface_hub's TensorInfo).
+    """(where the data buffer starts, tensor name -> npbert.header.TensorHeader).
 
-    safetensors validates the file; huggingface_hub's parser gives each tensor's data_offsets,
-    relative to the data buffer, which starts after the format's 8-byte little-endian header
-    length and the header itself.
+    safetensors validates the file; npbert.header gives each tensor's data_offsets, relative to
+    the data buffer, which starts after the format's 8-byte little-endian header length and
+    the header itself.
     """
-    from huggingface_hub import parse_local_safetensors_file_metadata
+    from npbert.header import read_file_header
 
     with _open(path):  # validates the header: offsets in bounds, buffer fully covered
         pass
-    with open(path, "rb") as f:
-        (header_length,) = struct.unpack("<Q", f.read(8))
-    return 8 + header_length, parse_local_safetensors_file_metadata(path).tensors
+    return read_file_header(path)
 
 
 def _describe(path: Path, name: str, data_start: int, tensors: dict) -> StoredTensor:

@@ -285,6 +285,16 @@ def add_fetch(commands) -> None:
     )
     fetch.add_argument("model", metavar="MODEL", help="Hub repo id")
     add_revision(fetch)
+    fetch.add_argument("--token", help="Hub token (default: HF_TOKEN or `hf auth login`'s)")
+    fetch.add_argument("--cache-dir", metavar="DIR", help="Hub cache (default: HF_HUB_CACHE)")
+    fetch.add_argument(
+        "--offline",
+        action="store_true",
+        help="no request: check the cached copy only (as HF_HUB_OFFLINE=1)",
+    )
+    fetch.add_argument(
+        "--quiet", action="store_true", help="no progress bars; print only the cache path"
+    )
     fetch.set_defaults(run=run_fetch)
 
 
@@ -610,9 +620,25 @@ def run_fetch(args) -> int:
 
     if Path(args.model).expanduser().is_dir():
         raise InputError(f"{args.model} is a local directory; fetch takes a Hub repo id")
-    fetched = hub.fetch(args.model, revision=args.revision, full=args.full)
+    if args.quiet:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()  # huggingface_hub's and npbert's bars alike
+    fetched = hub.fetch(
+        args.model,
+        revision=args.revision,
+        full=args.full,
+        token=args.token,
+        cache_dir=args.cache_dir,
+        local_files_only=args.offline,
+    )
+    if args.quiet:
+        print(fetched.directory)
+        return 0
     source = fetched.source
     print(f"{source['model']} at {source['commit']} ({source['revision']})")
+    if fetched.repaired:
+        print(f"repaired: the cached copy was damaged ({fetched.repaired})")
     if fetched.cached:
         print(f"already cached: nothing downloaded ({source['weights']})")
     else:

@@ -1,28 +1,37 @@
-"""Checkpoints from the Hugging Face Hub, fetching only the five embedding tensors.
+"""Checkpoints from the Hugging Face Hub, fetching only the embedding tensors.
 
 bert-base-uncased's model.safetensors is 440 MB, its embedding tensors 94 MB. A repo id
-resolves to a small local checkpoint directory, keyed by repo and resolved commit:
+resolves to a small checkpoint directory inside the repo's own snapshot in the Hub cache, so
+that huggingface_hub's cache tools (`hf cache ls`, `hf cache rm`, scan_cache_dir) count it and
+delete it with the revision:
 
-    {HF_HUB_CACHE}/npbert/models--{org}--{name}/{commit}/
+    {cache}/models--{org}--{name}/snapshots/{commit}/
         config.json, tokenizer.json | vocab.txt, tokenizer_config.json   (hf_hub_download)
-        model.safetensors     the five embedding tensors only, fetched with HTTP Range requests
+        npbert-embeddings/      npbert's: the embedding tensors only, fetched with HTTP Range
+            model.safetensors   requests and written as stored, and copies of the files above
+    {cache}/.locks/models--{org}--{name}/npbert.lock
 
-The tensors' offsets come from huggingface_hub's safetensors header parser; the requests go
-through huggingface_hub's session with its headers and token (HF_TOKEN or `hf auth login`).
-The directory is built under a temporary name and renamed into place under a file lock, so an
-interrupted fetch never leaves anything that loads, and two processes can fetch at once.
+{cache} is cache_dir, else HF_HUB_CACHE. Requests go through huggingface_hub's session with its
+headers and token (token=, HF_TOKEN or `hf auth login`); npbert parses and checks each weights
+file's header itself (npbert.header) and checks every range it gets (npbert.ranges). The
+directory is built under a temporary name and renamed into place under the lock, so an
+interrupted fetch never leaves anything that loads, two processes can fetch at once, and the
+temporaries an interrupted fetch leaves are removed by the next one.
 
 A cached model loads with no network call, a branch or tag through the Hub cache's refs;
-`npbert fetch` asks the Hub again. With full=True (`--full`) the whole weights file is
-downloaded with hf_hub_download instead, checked by the Hub's own machinery.
+`npbert fetch` asks the Hub again and repairs a damaged entry. With full=True (`--full`) the
+whole weights file is downloaded with hf_hub_download instead.
 """
 
+import errno
 import json
+import logging
+import os
 import shutil
-import struct
 import sys
+from collections.abc import Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +40,50 @@ from npbert.atomic import building_directory
 from npbert.checkpoint import INDEX_FILE, WEIGHTS_FILE, embedding_tensor_names, no_safetensors
 from npbert.config import read_config
 from npbert.errors import InputError
+from npbert.header import (
+    TensorHeader,
+    header_length,
+    parse_header,
+    read_file_header,
+    require_floats,
+)
+from npbert.ranges import RangeIgnored, get_range, network_errors
 
+EMBEDDINGS_DIR = "npbert-embeddings"  # in a snapshot; no Hub repo is expected to have one
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
 GAP = 1 << 16  # tensors closer than this in a file are fetched with one Range request
 DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # for TensorSpec
+# Seconds to wait for the Hub's first answer unless HF_HUB_ETAG_TIMEOUT says otherwise:
+# huggingface_hub's own default is 10 s, which with the interpreter's start would put an
+# unreachable Hub's error past 10 s.
+FIRST_ANSWER_TIMEOUT = 5
 
 
-class RangeIgnored(Exception):
-    """The server answered a Range request with the whole file (200, not 206)."""
+class NotFound(InputError):
+    """The name is neither on the Hub nor in the cache: no such repo, or the Hub unreachable."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """How to reach the Hub and its cache, with huggingface_hub's meanings: token (a string,
+    True for the saved one, False for none, None for the default), cache_dir (default
+    HF_HUB_CACHE), local_files_only (the cache only, as HF_HUB_OFFLINE=1)."""
+
+    token: str | bool | None = None
+    cache_dir: str | Path | None = None
+    local_files_only: bool = False
+
+    @property
+    def offline(self) -> bool:
+        from huggingface_hub import constants
+
+        return self.local_files_only or bool(constants.HF_HUB_OFFLINE)
+
+    @property
+    def cache(self) -> Path:
+        from huggingface_hub import constants
+
+        return Path(self.cache_dir or constants.HF_HUB_CACHE).expanduser()
 
 
 @dataclass(frozen=True)
@@ -50,9 +95,18 @@ class Fetched:
     fetched_bytes: int  # of the weights file(s): headers and tensor ranges
     full_bytes: int  # size of the weights file(s) on the Hub
     cached: bool  # found in the cache, nothing downloaded
+    repaired: str | None = None  # what was wrong with the cached entry fetched again
 
 
-def resolve(model: str, *, revision: str | None = None, full: bool = False) -> tuple[Path, dict]:
+def resolve(
+    model: str,
+    *,
+    revision: str | None = None,
+    full: bool = False,
+    token: str | bool | None = None,
+    cache_dir: str | Path | None = None,
+    local_files_only: bool = False,
+) -> tuple[Path, dict]:
     """(directory holding config.json, tokenizer and weights, source metadata)."""
     path = Path(model).expanduser()
     if path.is_dir():
@@ -61,51 +115,88 @@ def resolve(model: str, *, revision: str | None = None, full: bool = False) -> t
         return path, {"model": str(path.resolve())}
     if model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise InputError(f"{model}: no such checkpoint directory")
-    fetched = fetch(model, revision=revision, full=full, refresh=False)
+    try:
+        fetched = fetch(
+            model,
+            revision=revision,
+            full=full,
+            refresh=False,
+            token=token,
+            cache_dir=cache_dir,
+            local_files_only=local_files_only,
+        )
+    except NotFound as error:  # a mistyped directory name ends up here, so say both
+        raise InputError(f"{error}; no local directory named {model} exists either") from None
     return fetched.directory, fetched.source
 
 
-def fetch(repo_id: str, *, revision=None, full=False, refresh=True) -> Fetched:
-    """The checkpoint of a Hub repo, from the cache unless `refresh`, else from the Hub."""
-    from huggingface_hub import constants
-
-    with hub_errors(repo_id, revision):
-        if not refresh or constants.HF_HUB_OFFLINE:
-            cached = from_cache(repo_id, revision, full)
+def fetch(
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    full: bool = False,
+    refresh: bool = True,
+    token: str | bool | None = None,
+    cache_dir: str | Path | None = None,
+    local_files_only: bool = False,
+) -> Fetched:
+    """The checkpoint of a Hub repo, from the cache unless `refresh`, else from the Hub (a
+    damaged cached entry is fetched again). local_files_only: from the cache, or an error."""
+    access = Access(token, cache_dir, local_files_only)
+    with hub_errors(repo_id, revision, access), quiet_library_logs():
+        if not refresh or access.offline:
+            cached = from_cache(repo_id, revision, full, access)
             if cached is not None:
                 return cached
-        if constants.HF_HUB_OFFLINE:
-            raise InputError(
-                f"{repo_id} is not in the cache and HF_HUB_OFFLINE is set: unset it and run "
-                f"`npbert fetch {repo_id}` once with network access"
+        if access.offline:
+            raise NotFound(
+                f"{repo_id} is not in the cache {access.cache} and the Hub is not to be asked "
+                "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"
             )
-        return download(repo_id, revision, full)
+        return download(repo_id, revision, full, access)
 
 
-def cache_dir(repo_id: str, commit: str) -> Path:
-    """Where npbert keeps a repo's embedding-only checkpoint for one commit."""
-    from huggingface_hub import constants
-
-    return (
-        Path(constants.HF_HUB_CACHE) / "npbert" / f"models--{repo_id.replace('/', '--')}" / commit
-    )
-
-
-def from_cache(repo_id: str, revision: str | None, full: bool) -> Fetched | None:
-    """A cached checkpoint, found with no network call, or None."""
+def from_cache(repo_id: str, revision: str | None, full: bool, access: Access) -> Fetched | None:
+    """A cached checkpoint, found with no network call, or None; InputError if it is damaged."""
     from huggingface_hub import try_to_load_from_cache
 
-    config = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    config = try_to_load_from_cache(
+        repo_id, "config.json", cache_dir=access.cache_dir, revision=revision
+    )
     if not isinstance(config, str):
         return None
     snapshot = Path(config).parent
     commit = snapshot.name
-    candidates = [snapshot] if full else [cache_dir(repo_id, commit), snapshot]
+    candidates = [snapshot] if full else [snapshot / EMBEDDINGS_DIR, snapshot]
     for directory in candidates:
         if (directory / WEIGHTS_FILE).is_file() or (directory / INDEX_FILE).is_file():
-            size = _weights_size(directory)
+            problem = damage(directory)
+            if problem is not None:
+                again = "npbert fetch" + (" --full" if directory == snapshot else "")
+                raise InputError(
+                    f"the cached {repo_id} at {commit[:12]} is damaged ({problem}): run "
+                    f"`{again} {repo_id}` to repair it"
+                )
             source = _source(repo_id, revision, commit, partial=directory != snapshot)
-            return Fetched(directory, source, 0, size, True)
+            return Fetched(directory, source, 0, _weights_size(directory), True)
+    return None
+
+
+def damage(directory: Path) -> str | None:
+    """What is wrong with a cached checkpoint's weights (truncated, overwritten), or None.
+
+    Only the headers and file sizes are read, so that loading stays cheap."""
+    if (directory / WEIGHTS_FILE).is_file():
+        return damage_of_file(directory / WEIGHTS_FILE)
+    try:
+        index = json.loads((directory / INDEX_FILE).read_text(encoding="utf-8"))
+        shards = sorted(set(index["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        return f"{INDEX_FILE}: {error}"
+    for shard in shards:
+        problem = damage_of_file(directory / shard) if (directory / shard).is_file() else None
+        if problem is not None:  # a shard not holding embeddings is not fetched: absent
+            return problem
     return None
 
 
@@ -131,99 +222,225 @@ def _source(repo_id: str, revision: str | None, commit: str, partial: bool) -> d
     }
 
 
-def download(repo_id: str, revision: str | None, full: bool) -> Fetched:
+def download(repo_id: str, revision: str | None, full: bool, access: Access) -> Fetched:
     """Fetch from the Hub: small files whole, then the weights (ranges, or whole with full)."""
-    from huggingface_hub import HfApi, hf_hub_download
-
-    # config.json first, by the revision asked for: this resolves the commit and records
-    # the branch or tag in the Hub cache's refs, so later loads find it with no request.
-    snapshot = Path(hf_hub_download(repo_id, "config.json", revision=revision)).parent
+    info = model_info(repo_id, revision, access)
+    # config.json by the revision asked for: this records the branch or tag in the Hub
+    # cache's refs, so later loads find it with no request.
+    snapshot = Path(_hf_download(repo_id, "config.json", revision, access)).parent
     commit = snapshot.name
-    files = {s.rfilename for s in HfApi().model_info(repo_id, revision=commit).siblings or []}
+    if commit != info.sha:  # the branch moved between the two requests
+        info = model_info(repo_id, commit, access)
+    files = {s.rfilename for s in info.siblings or []}
     if WEIGHTS_FILE not in files and INDEX_FILE not in files:
         raise no_safetensors(f"{repo_id} at {commit[:12]}", sorted(files))
     for name in SMALL_FILES[1:]:  # the tokenizer files there are
         if name in files:
-            hf_hub_download(repo_id, name, revision=commit)
+            _hf_download(repo_id, name, commit, access)
+    config = read_config(snapshot)
     if not full:
         try:
-            return fetch_embeddings(repo_id, revision, commit, files, snapshot)
+            return fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
         except RangeIgnored:
             print(
                 f"npbert: the server ignored the Range request for {repo_id}; "
                 "downloading the whole weights file instead",
                 file=sys.stderr,
             )
-    weights = _weights_to_fetch(repo_id, commit, files, snapshot)
+    return _download_whole(repo_id, revision, commit, files, snapshot, config, access)
+
+
+def model_info(repo_id: str, revision: str | None, access: Access):
+    """The repo's commit and file list at `revision`.
+
+    npbert's first request to the Hub, made with a bounded timeout and no retries: an
+    unreachable Hub, or one that never answers, is reported at once. (huggingface_hub's
+    downloads retry a first request that fails, for up to several minutes.)"""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.utils import HfHubHTTPError
+
+    try:
+        return HfApi().model_info(
+            repo_id, revision=revision, token=access.token, timeout=first_answer_timeout()
+        )
+    except HfHubHTTPError:  # an answer; in 0.x it is one of requests' errors too
+        raise
+    except network_errors() as error:
+        reason = _first_line(error)
+        if "timeout" in type(error).__name__.lower():  # each client names its timeouts so
+            reason = f"no answer in {first_answer_timeout():g} s; HF_HUB_ETAG_TIMEOUT=S waits S s"
+        raise NotFound(
+            f"cannot reach {constants.ENDPOINT} ({reason}) and {repo_id} is not cached: "
+            "connect, or set HF_ENDPOINT, and run `npbert fetch` once"
+        ) from None
+
+
+def first_answer_timeout() -> float:
+    """Seconds to wait for an answer to a metadata request: HF_HUB_ETAG_TIMEOUT when set."""
+    from huggingface_hub import constants
+
+    if "HF_HUB_ETAG_TIMEOUT" in os.environ:
+        return constants.HF_HUB_ETAG_TIMEOUT
+    return FIRST_ANSWER_TIMEOUT
+
+
+def _hf_download(repo_id, filename, revision, access: Access) -> str:
+    from huggingface_hub import hf_hub_download
+
+    return hf_hub_download(
+        repo_id,
+        filename,
+        revision=revision,
+        token=access.token,
+        cache_dir=access.cache_dir,
+        etag_timeout=first_answer_timeout(),
+    )
+
+
+def embedding_tensors(names: Iterable[str], config: dict, where: str) -> dict[str, str]:
+    """EmbeddingWeights field -> name of each tensor npbert reads, among a checkpoint's tensor
+    names. The Hub path's one question to npbert.checkpoint about which tensors make a
+    model's embedding layer; config is the repo's parsed config.json, whose model_type picks
+    the family's tensors, a projection included."""
+    return embedding_tensor_names(config, names, where)[1]
+
+
+def _download_whole(repo_id, revision, commit, files, snapshot, config, access) -> Fetched:
+    """The whole weights file (or the index and the shards holding the embeddings) with
+    hf_hub_download; a cached copy found damaged is downloaded again."""
+    weights = _weights_to_fetch(repo_id, commit, files, config, access)
+    repaired = None
     for name in weights:
-        hf_hub_download(repo_id, name, revision=commit)
+        path = snapshot / name
+        problem = damage_of_file(path) if name != INDEX_FILE and path.is_file() else None
+        if problem is not None:  # removed, blob and link, for hf_hub_download to fetch again:
+            # huggingface_hub 0.x returns a commit's cached file even with force_download
+            path.resolve().unlink()
+            path.unlink(missing_ok=True)
+            repaired = problem
+        _hf_download(repo_id, name, commit, access)
     size = sum((snapshot / name).stat().st_size for name in weights)
-    return Fetched(snapshot, _source(repo_id, revision, commit, False), size, size, False)
+    source = _source(repo_id, revision, commit, False)
+    return Fetched(snapshot, source, size, size, False, repaired)
 
 
-def _weights_to_fetch(repo_id: str, commit: str, files: set[str], snapshot: Path) -> list[str]:
+def damage_of_file(path: Path) -> str | None:
+    """What is wrong with a safetensors file's header or size, or None."""
+    try:
+        read_file_header(path)
+    except InputError as error:
+        return str(error)
+    return None
+
+
+def _weights_to_fetch(repo_id, commit, files, config, access) -> list[str]:
     """The single weights file, or the index and only the shards holding the embeddings."""
     if WEIGHTS_FILE in files:
         return [WEIGHTS_FILE]
-    weight_map = _weight_map(repo_id, commit)
-    _, names = embedding_tensor_names(read_config(snapshot), weight_map, f"{repo_id}/{INDEX_FILE}")
+    weight_map = _weight_map(repo_id, commit, files, access)
+    names = embedding_tensors(weight_map, config, f"{repo_id}/{INDEX_FILE}")
     return [INDEX_FILE, *sorted({weight_map[n] for n in names.values()})]
 
 
-def _weight_map(repo_id: str, commit: str) -> dict[str, str]:
-    from huggingface_hub import hf_hub_download
+def _weight_map(repo_id: str, commit: str, files: set[str], access: Access) -> dict[str, str]:
+    """The index's tensor name -> shard, every shard one of the repo's files."""
+    index = Path(_hf_download(repo_id, INDEX_FILE, commit, access))
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise InputError(f"{repo_id}/{INDEX_FILE}: no valid weight_map ({error})") from None
+    strangers = sorted({str(s) for s in weight_map.values()} - files)
+    if strangers:
+        raise InputError(f"{repo_id}/{INDEX_FILE} names shards the repo does not have: {strangers}")
+    return weight_map
 
-    index = Path(hf_hub_download(repo_id, INDEX_FILE, revision=commit))
-    return json.loads(index.read_text(encoding="utf-8"))["weight_map"]
 
-
-def fetch_embeddings(repo_id, revision, commit, files, snapshot) -> Fetched:
-    """Range-fetch the five tensors into cache_dir(repo_id, commit), atomically, under a lock."""
+def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access) -> Fetched:
+    """Range-fetch the embedding tensors into snapshot/EMBEDDINGS_DIR, atomically, under the
+    repo's lock; a cached entry found damaged is replaced."""
     from huggingface_hub.utils import WeakFileLock
 
-    target = cache_dir(repo_id, commit)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with WeakFileLock(target.parent / f"{commit}.lock"):
+    target = snapshot / EMBEDDINGS_DIR
+    source = _source(repo_id, revision, commit, True)
+    lock = snapshot.parents[2] / ".locks" / snapshot.parents[1].name / "npbert.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with WeakFileLock(lock):
+        remove_stale_temporaries(snapshot.parent)
+        problem = None
         if (target / WEIGHTS_FILE).is_file():  # cached before, or by another process meanwhile
-            source = _source(repo_id, revision, commit, True)
-            return Fetched(target, source, 0, _weights_size(target), True)
+            problem = damage(target)
+            if problem is None:
+                return Fetched(target, source, 0, _weights_size(target), True)
+            shutil.rmtree(target)
         with building_directory(target) as building:
-            fetched, full_size = _write_embeddings(repo_id, commit, files, snapshot, building)
+            fetched, full_size = _write_embeddings(repo_id, commit, files, config, building, access)
             for name in SMALL_FILES:
                 if (snapshot / name).is_file():
                     shutil.copyfile(snapshot / name, building / name)
-    return Fetched(target, _source(repo_id, revision, commit, True), fetched, full_size, False)
+    return Fetched(target, source, fetched, full_size, False, problem)
 
 
-def _write_embeddings(repo_id, commit, files, snapshot, directory: Path) -> tuple[int, int]:
-    """Fetch the five tensors' bytes and write them, as stored, to directory/model.safetensors.
+def remove_stale_temporaries(snapshots: Path) -> None:
+    """Remove what interrupted fetches left in any snapshot of the repo. Called under the
+    repo's lock: no fetch is building one now, so every temporary found is stale."""
+    for path in snapshots.glob(f"*/.{EMBEDDINGS_DIR}.*"):  # building_directory's naming
+        shutil.rmtree(path, ignore_errors=True)
 
-    Returns (bytes of headers and tensors fetched, full size of the weights file(s)).
-    """
-    from safetensors import TensorSpec, serialize_file
 
-    names, weight_map, headers = _locate_embeddings(repo_id, commit, files, snapshot)
-    tensors, fetched, full_size = {}, 0, 0  # tensor name -> its bytes
-    for shard, header in headers.items():
-        data_start = 8 + _header_length(repo_id, shard, commit)
-        full_size += data_start + max(t.data_offsets[1] for t in header.tensors.values())
-        fetched += data_start
-        wanted = sorted(
-            (header.tensors[n].data_offsets, n) for n in names.values() if weight_map[n] == shard
-        )
-        for group in _coalesce(wanted):
-            begin, end = group[0][0][0], group[-1][0][1]
-            block = np.frombuffer(
-                fetch_range(repo_id, shard, commit, data_start + begin, data_start + end), np.uint8
+@dataclass(frozen=True)
+class RemoteFile:
+    """A safetensors file on the Hub, as its header describes it."""
+
+    url: str
+    where: str  # repo/file at commit, for messages
+    size: int  # bytes, from the Content-Range of the header's requests
+    data_start: int  # 8 + the header's length
+    tensors: dict[str, TensorHeader]
+
+
+def _write_embeddings(repo_id, commit, files, config, directory: Path, access) -> tuple[int, int]:
+    """Fetch the embedding tensors' bytes and write them, as stored, to
+    directory/model.safetensors. Returns (bytes of headers and tensors fetched, full size of
+    the weights file(s))."""
+    from huggingface_hub.utils import tqdm
+
+    names, weight_map, remotes = _locate_embeddings(repo_id, commit, files, config, access)
+    plan = {  # file -> groups of ((begin, end), name), tensors side by side in one group
+        shard: _coalesce(
+            sorted(
+                (remote.tensors[n].data_offsets, n)
+                for n in names.values()
+                if weight_map[n] == shard
             )
-            fetched += block.nbytes
-            for (b, e), name in group:
-                tensors[name] = block[b - begin : e - begin]
+        )
+        for shard, remote in remotes.items()
+    }
+    total = sum(g[-1][0][1] - g[0][0][0] for groups in plan.values() for g in groups)
+    tensors = {}  # tensor name -> its bytes
+    # disable=None: a bar on a terminal only, as huggingface_hub's downloads do
+    with tqdm(total=total, unit="B", unit_scale=True, desc=WEIGHTS_FILE, disable=None) as bar:
+        for shard, groups in plan.items():
+            remote = remotes[shard]
+            for group in groups:
+                begin, end = group[0][0][0], group[-1][0][1]
+                at = remote.data_start
+                block = _get(remote, at + begin, at + end, access, bar)
+                for (b, e), name in group:
+                    tensors[name] = block[b - begin : e - begin]
+    fetched = total + sum(remote.data_start for remote in remotes.values())
+    full_size = sum(remote.size for remote in remotes.values())
+    _serialize(tensors, remotes, weight_map, directory / WEIGHTS_FILE, repo_id, commit, full_size)
+    return fetched, full_size
+
+
+def _serialize(tensors, remotes, weight_map, path: Path, repo_id, commit, full_size) -> None:
+    from safetensors import SafetensorError, TensorSpec, serialize_file
+
     specs = {}
     for name, data in tensors.items():  # `tensors` keeps the buffers alive while serializing
-        info = headers[weight_map[name]].tensors[name]
+        info = remotes[weight_map[name]].tensors[name]
         specs[name] = TensorSpec(
-            dtype=DTYPE_NAMES.get(info.dtype, info.dtype),
+            dtype=DTYPE_NAMES[info.dtype],
             shape=info.shape,
             data_ptr=data.ctypes.data,
             data_len=data.nbytes,
@@ -232,11 +449,26 @@ def _write_embeddings(repo_id, commit, files, snapshot, directory: Path) -> tupl
         "format": "pt",
         "npbert.repo": repo_id,
         "npbert.commit": commit,
-        "npbert.files": ",".join(headers),
+        "npbert.files": ",".join(remotes),
         "npbert.full_bytes": str(full_size),
     }
-    serialize_file(specs, directory / WEIGHTS_FILE, metadata=metadata)
-    return fetched, full_size
+    try:
+        serialize_file(specs, path, metadata=metadata)
+    except SafetensorError as error:  # safetensors reports the OS's error (a full disk) in it
+        raise cache_write_error(path, _first_line(error)) from None
+
+
+def _get(remote: RemoteFile, start: int, end: int, access: Access, bar=None) -> np.ndarray:
+    """Bytes [start, end) of a remote file, which must not have changed size meanwhile."""
+    data, size = get_range(
+        remote.url, start, end, token=access.token, timeout=_download_timeout(), progress=bar
+    )
+    if size != remote.size:
+        raise InputError(
+            f"{remote.where}: {remote.size:,} bytes, then the server said {size:,}; nothing "
+            "was cached, try again"
+        )
+    return data
 
 
 def _coalesce(ranges: list[tuple[tuple[int, int], str]]) -> list[list]:
@@ -251,62 +483,68 @@ def _coalesce(ranges: list[tuple[tuple[int, int], str]]) -> list[list]:
     return groups
 
 
-def _locate_embeddings(repo_id, commit, files, snapshot) -> tuple[dict, dict, dict]:
-    """(field -> tensor name, tensor name -> file, file -> parsed header) for the files
-    holding the five tensors; huggingface_hub parses each header with a Range request."""
-    from huggingface_hub import HfApi
-
-    api = HfApi()
-    headers = {}
+def _locate_embeddings(repo_id, commit, files, config, access) -> tuple[dict, dict, dict]:
+    """(field -> tensor name, tensor name -> file, file -> RemoteFile) for the files holding
+    the embedding tensors, each header fetched and checked before any offset in it is used."""
+    remotes = {}
     if WEIGHTS_FILE in files:
-        headers[WEIGHTS_FILE] = api.parse_safetensors_file_metadata(
-            repo_id, WEIGHTS_FILE, revision=commit
-        )
-        weight_map = dict.fromkeys(headers[WEIGHTS_FILE].tensors, WEIGHTS_FILE)
+        remotes[WEIGHTS_FILE] = remote_header(repo_id, WEIGHTS_FILE, commit, access)
+        weight_map = dict.fromkeys(remotes[WEIGHTS_FILE].tensors, WEIGHTS_FILE)
     else:
-        weight_map = _weight_map(repo_id, commit)
-    _, names = embedding_tensor_names(read_config(snapshot), weight_map, repo_id)
+        weight_map = _weight_map(repo_id, commit, files, access)
+    names = embedding_tensors(weight_map, config, repo_id)
     for shard in sorted({weight_map[n] for n in names.values()}):
-        if shard not in headers:
-            headers[shard] = api.parse_safetensors_file_metadata(repo_id, shard, revision=commit)
-    return names, weight_map, headers
+        if shard not in remotes:
+            remotes[shard] = remote_header(repo_id, shard, commit, access)
+        held = [n for n in names.values() if weight_map[n] == shard]
+        missing = [n for n in held if n not in remotes[shard].tensors]
+        if missing:
+            raise InputError(f"{repo_id}/{INDEX_FILE} puts {missing[0]} in {shard}, which lacks it")
+        require_floats(remotes[shard].tensors, held, remotes[shard].where)
+    return names, weight_map, remotes
 
 
-def _header_length(repo_id: str, filename: str, commit: str) -> int:
-    """The safetensors format's first 8 bytes: the header's length, little-endian.
-
-    huggingface_hub's parser reads it but does not return it, and the tensors' data_offsets
-    are relative to the data buffer that starts after the header.
-    """
-    (length,) = struct.unpack("<Q", fetch_range(repo_id, filename, commit, 0, 8))
-    return length
-
-
-def fetch_range(repo_id: str, filename: str, commit: str, start: int, end: int) -> bytes:
-    """Bytes [start, end) of a file on the Hub, checked for length; RangeIgnored on a 200."""
-    from huggingface_hub import get_session, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+def remote_header(repo_id: str, filename: str, commit: str, access: Access) -> RemoteFile:
+    """A weights file's header on the Hub, with two Range requests (its length, then the
+    header), checked by npbert.header as a local file is checked."""
+    from huggingface_hub import hf_hub_url
 
     url = hf_hub_url(repo_id, filename, revision=commit)
-    headers = {**build_hf_headers(), "Range": f"bytes={start}-{end - 1}"}
-    with get_session().stream("GET", url, headers=headers, follow_redirects=True) as response:
-        hf_raise_for_status(response)
-        if response.status_code != 206:
-            raise RangeIgnored(url)
-        data = response.read()
-    if len(data) != end - start:
-        raise InputError(
-            f"{repo_id}/{filename}: asked for {end - start} bytes at offset {start}, got "
-            f"{len(data)}; nothing was cached, try again"
-        )
-    return data
+    where = f"{repo_id}/{filename} at {commit[:12]}"
+    prefix, size = get_range(url, 0, 8, token=access.token, timeout=_download_timeout())
+    length = header_length(prefix.tobytes(), size, where)
+    file = RemoteFile(url, where, size, 8 + length, {})
+    raw = _get(file, 8, 8 + length, access)
+    return replace(file, tensors=parse_header(raw.tobytes(), size - 8 - length, where))
+
+
+def _download_timeout() -> float:
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_DOWNLOAD_TIMEOUT
 
 
 @contextmanager
-def hub_errors(repo_id: str, revision: str | None):
-    """huggingface_hub's and the network's exceptions as one-line InputErrors."""
+def quiet_library_logs():
+    """Keep huggingface_hub's warnings (a line for each retry of a failed request) off the
+    terminal: npbert reports a failure itself, in one line. HF_HUB_VERBOSITY shows them."""
+    from huggingface_hub.utils import logging as hf_logging
+
+    logger = hf_logging.get_logger()  # the library's root logger
+    level = logger.level
+    if "HF_HUB_VERBOSITY" not in os.environ:
+        logger.setLevel(max(level, logging.ERROR))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextmanager
+def hub_errors(repo_id: str, revision: str | None, access: Access):
+    """huggingface_hub's, the network's and the disk's exceptions as one-line InputErrors."""
     from huggingface_hub import constants
-    from huggingface_hub import errors as hf
+    from huggingface_hub import utils as hf
 
     at = f"{repo_id}" + (f" at revision {revision}" if revision else "")
     try:
@@ -316,29 +554,53 @@ def hub_errors(repo_id: str, revision: str | None):
     except hf.GatedRepoError:
         raise InputError(
             f"{repo_id} is gated or private (401/403): accept its terms on the Hub, then pass a "
-            "token with HF_TOKEN=... or `hf auth login`"
+            "token with HF_TOKEN=..., `hf auth login` or token="
         ) from None
     except hf.RepositoryNotFoundError:
-        raise InputError(
+        raise NotFound(
             f"{repo_id}: repository not found on {constants.ENDPOINT} (if it is private, pass a "
-            "token with HF_TOKEN=... or `hf auth login`)"
+            "token with HF_TOKEN=..., `hf auth login` or token=)"
         ) from None
     except hf.RevisionNotFoundError:
         raise InputError(f"{repo_id}: revision {revision!r} not found") from None
-    except (hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled):  # before its base class
-        raise InputError(
+    except (hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled) as error:  # before their
+        # base class. huggingface_hub 0.x raises LocalEntryNotFoundError for any failed
+        # request of a file not cached, an answer from the Hub included.
+        if isinstance(error.__cause__, hf.HfHubHTTPError):
+            raise InputError(f"{at}: the Hub answered {_answer(error.__cause__)}") from None
+        raise NotFound(
             f"cannot reach {constants.ENDPOINT} and {at} is not cached: connect, or set "
             "HF_ENDPOINT, and run `npbert fetch` once"
         ) from None
     except hf.EntryNotFoundError as error:
         raise InputError(f"{at}: file not found ({_first_line(error)})") from None
     except hf.HfHubHTTPError as error:
-        raise InputError(f"{at}: the Hub answered {_first_line(error)}") from None
-    except hf.HTTPError as error:  # the HTTP client's own: refused, reset, cut short
+        raise InputError(f"{at}: the Hub answered {_answer(error)}") from None
+    except network_errors() as error:  # requests' errors are OSErrors: before the disk's
         raise InputError(
             f"{at}: network error talking to {constants.ENDPOINT} ({_first_line(error)}); "
             "nothing was cached, try again"
         ) from None
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
+            raise
+        raise cache_write_error(error.filename or access.cache, error.strerror) from None
+
+
+def cache_write_error(path, reason: str) -> InputError:
+    return InputError(
+        f"cannot write {path} ({reason}): make room there, or choose another Hugging Face "
+        "cache with HF_HOME, HF_HUB_CACHE or --cache-dir"
+    )
+
+
+def _answer(error) -> str:
+    """An error status as '503 Service Unavailable for URL', whichever client got it."""
+    response = error.response
+    if response is None:
+        return _first_line(error)
+    reason = getattr(response, "reason_phrase", None) or getattr(response, "reason", "")
+    return f"{response.status_code} {reason} for {response.url}"  # httpx's name, requests'
 
 
 def _first_line(error: Exception) -> str:

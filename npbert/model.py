@@ -11,26 +11,38 @@ from npbert.errors import InputError
 from npbert.inputs import prepare_inputs
 
 
-def resolve(model: str | os.PathLike, *, revision: str | None = None, full: bool = False):
+def resolve(
+    model: str | os.PathLike, *, revision: str | None = None, full: bool = False, **hub_options
+):
     """A local checkpoint directory as is, or a Hub repo id fetched into the cache.
 
     Returns (directory, source) where source records the model and, for the Hub, the commit.
-    From the Hub only the embedding tensors are fetched, unless full=True.
+    From the Hub only the embedding tensors are fetched, unless full=True. hub_options:
+    token, cache_dir, local_files_only, with huggingface_hub's meanings.
     """
     from npbert import hub
 
-    return hub.resolve(os.fspath(model), revision=revision, full=full)
+    return hub.resolve(os.fspath(model), revision=revision, full=full, **hub_options)
 
 
 def load_weights(
-    model: str | os.PathLike, *, revision: str | None = None, full: bool = False
+    model: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    full: bool = False,
+    token: str | bool | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    local_files_only: bool = False,
 ) -> EmbeddingWeights:
     """The embedding tensors of a checkpoint (local directory or Hub repo id) as float32, and
     its configuration (weights.config): the family config.json's model_type names.
 
     revision: a Hub branch, tag or commit sha. full: download the whole weights file.
+    token, cache_dir, local_files_only: as in huggingface_hub (a token string, True for the
+    saved one, False for none; the Hub cache directory; the cache only, no request).
     """
-    directory, source = resolve(model, revision=revision, full=full)
+    hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
+    directory, source = resolve(model, revision=revision, full=full, **hub)
     return load_checkpoint(directory, source)
 
 
@@ -182,12 +194,20 @@ class Embedder:
 
     @classmethod
     def from_pretrained(
-        cls, model: str | os.PathLike, *, revision: str | None = None, full: bool = False
+        cls,
+        model: str | os.PathLike,
+        *,
+        revision: str | None = None,
+        full: bool = False,
+        token: str | bool | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        local_files_only: bool = False,
     ) -> "Embedder":
         """Load from a local checkpoint directory or a Hub repo id (see load_weights)."""
         from npbert.tokenize import load_tokenizer
 
-        directory, source = resolve(model, revision=revision, full=full)
+        hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
+        directory, source = resolve(model, revision=revision, full=full, **hub)
         weights = load_checkpoint(directory, source)
         tokenizer = load_tokenizer(
             directory,

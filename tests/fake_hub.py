@@ -5,19 +5,46 @@ It answers what huggingface_hub asks of the Hub:
     HEAD /{repo}/resolve/{rev}/{file}                X-Repo-Commit, ETag, Content-Length
     GET  /{repo}/resolve/{rev}/{file}                the file, or 206 for a Range request
 with 404 + X-Error-Code for unknown repos, revisions and files, and 401 for a gated repo
-without the right token. It counts the requests and the body bytes it sends, and can be told
-to ignore Range or to drop the connection in the middle of a response.
+without the right token. It counts the requests and the body bytes it sends, can be told to
+ignore Range, and injects faults (FAULTS) into the requests a Fault matches. A fault that holds
+a connection holds it until `release` is set or HOLD seconds pass, whichever comes first.
 """
 
 import hashlib
 import json
 import re
+import socket
+import struct
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 TOKEN = "hf_fake_token_for_tests"
+HOLD = 60.0  # seconds a stalled or trickling answer lasts at most
+TRICKLE = 0.05  # seconds between two bytes of a trickle
+# What a fault does to the response of a request it matches:
+FAULTS = {
+    "stall": "read the request and never answer",
+    "stall_body": "send the headers and half the body, then nothing",
+    "trickle": "send the headers, then the body a byte at a time",
+    "reset": "send half the body, then reset the connection (RST)",
+    "short": "announce the whole body, send half, then close",
+    "wrong_range": "send another range's bytes, with that range's Content-Range",
+    "no_content_range": "answer 206 without Content-Range",
+    "wrong_length": "announce and send one byte more than asked, Content-Range as asked",
+    "wrong_size": "say in Content-Range that the file is a byte longer",
+    "error_503": "answer 503 Service Unavailable",
+}
+
+
+@dataclass
+class Fault:
+    kind: str  # a key of FAULTS
+    matches: Callable[[str, str, str], bool]  # (method, path, Range header) -> applies
+    times: int = 1  # requests it applies to, then it is spent
 
 
 @dataclass
@@ -37,7 +64,8 @@ class FakeHub:
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # method, path, range
     bytes_sent: int = 0
     ignore_range: bool = False
-    drop_after: int | None = None  # cut the next file body after this many bytes
+    faults: list[Fault] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
     etags: dict[Path, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -63,6 +91,15 @@ class FakeHub:
             self.requests.clear()
             self.bytes_sent = 0
 
+    def take_fault(self, method: str, path: str, wanted: str) -> str | None:
+        """The kind of the first unspent fault matching this request, spending one use."""
+        with self.lock:
+            for fault in self.faults:
+                if fault.times > 0 and fault.matches(method, path, wanted):
+                    fault.times -= 1
+                    return fault.kind
+        return None
+
 
 def make_handler(hub: FakeHub):
     class Handler(BaseHTTPRequestHandler):
@@ -78,9 +115,17 @@ def make_handler(hub: FakeHub):
             self.route(body=True)
 
         def route(self, body: bool):
+            wanted = self.headers.get("Range", "")
             with hub.lock:
-                hub.requests.append((self.command, self.path, self.headers.get("Range", "")))
+                hub.requests.append((self.command, self.path, wanted))
             path = self.path.split("?")[0]
+            self.fault = hub.take_fault(self.command, path, wanted)
+            if self.fault == "stall":
+                hub.release.wait(HOLD)
+                self.close_connection = True
+                return
+            if self.fault == "error_503":
+                return self.error(503, "ServiceUnavailable", "injected fault")
             if path.startswith("/api/models/"):
                 return self.model_info(path.removeprefix("/api/models/"))
             match = re.fullmatch(r"/(.+?)/resolve/([^/]+)/(.+)", path)
@@ -106,11 +151,16 @@ def make_handler(hub: FakeHub):
             if commit is None:
                 return self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
             files = sorted(p.name for p in repo.directory.iterdir() if p.is_file())
-            info = {
+            info = {  # the fields the Hub always sends (huggingface_hub 0.x requires some)
                 "id": repo_id,
                 "modelId": repo_id,
                 "sha": commit,
                 "private": False,
+                "gated": "auto" if repo.gated else False,
+                "disabled": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
                 "siblings": [{"rfilename": name} for name in files],
             }
             self.send(200, json.dumps(info).encode(), {"Content-Type": "application/json"})
@@ -132,13 +182,26 @@ def make_handler(hub: FakeHub):
             if wanted and not hub.ignore_range:
                 start = int(wanted[1])
                 end = min(int(wanted[2]) + 1 if wanted[2] else size, size)
-                headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
                 status = 206
+                start, end, headers["Content-Range"] = self.ranged(start, end, size)
             with open(path, "rb") as f:  # only the bytes asked for: some files are large
                 f.seek(start)
                 self.send(
                     status, f.read(end - start) if body else b"", headers, body, length=end - start
                 )
+
+        def ranged(self, start: int, end: int, size: int) -> tuple[int, int, str]:
+            """(start, end, Content-Range) to answer a Range request with, faults applied."""
+            claimed = f"bytes {start}-{end - 1}/{size}"
+            if self.fault == "wrong_range":
+                shift = min(1024, start) or -min(1024, size - end)
+                start, end = start - shift, end - shift
+                claimed = f"bytes {start}-{end - 1}/{size}"
+            elif self.fault == "wrong_length":
+                end = min(end + 1, size)
+            elif self.fault == "wrong_size":
+                claimed = f"bytes {start}-{end - 1}/{size + 1}"
+            return start, end, claimed
 
         def error(self, status: int, code: str, message: str, commit: str | None = None):
             headers = {
@@ -153,23 +216,43 @@ def make_handler(hub: FakeHub):
         def send(self, status: int, data: bytes, headers: dict, body=True, length=None):
             self.send_response(status)
             for key, value in headers.items():
-                self.send_header(key, value)
+                if not (key == "Content-Range" and self.fault == "no_content_range"):
+                    self.send_header(key, value)
             self.send_header("Content-Length", str(len(data) if length is None else length))
             self.end_headers()
             if not body:
                 return
-            with hub.lock:
-                cut = hub.drop_after
-                if cut is not None and cut < len(data):
-                    hub.drop_after = None
-                else:
-                    cut = None
-            if cut is not None:
-                self.wfile.write(data[:cut])
-                hub.bytes_sent += cut
+            try:
+                self.send_body(data)
+            except OSError:  # the client gave up: what a faulty answer is for
                 self.close_connection = True
-                return
+
+        def send_body(self, data: bytes):
+            half = data[: len(data) // 2]
+            if self.fault == "stall_body":
+                self.write(half)
+                hub.release.wait(HOLD)
+                self.close_connection = True
+            elif self.fault == "trickle":
+                deadline = time.monotonic() + HOLD
+                for i in range(len(data)):
+                    if hub.release.wait(TRICKLE) or time.monotonic() > deadline:
+                        break
+                    self.write(data[i : i + 1])
+                self.close_connection = True
+            elif self.fault in ("reset", "short"):
+                self.write(half)
+                if self.fault == "reset":  # linger 0: close sends RST, not FIN
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                self.close_connection = True
+            else:
+                self.write(data)
+
+        def write(self, data: bytes):
             self.wfile.write(data)
+            self.wfile.flush()
             with hub.lock:
                 hub.bytes_sent += len(data)
 

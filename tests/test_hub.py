@@ -1,21 +1,25 @@
 """Hub access against a Hub-compatible server on 127.0.0.1 (tests/fake_hub.py).
 
 Every npbert run here is a separate process with HF_ENDPOINT pointing at the server and
-HF_HOME at a fresh directory, as a user would run it.
+HF_HOME at a fresh directory, as a user would run it. Each run is bounded in time (RUN_LIMIT),
+and so is every fault the server injects (fake_hub.HOLD).
 """
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY
-from fake_hub import TOKEN, FakeHub, serve
+from conftest import DATA, TINY
+from fake_hub import TOKEN, FakeHub, Fault, serve
 from safetensors.numpy import load_file, save_file
 
 import npbert
@@ -23,6 +27,26 @@ import npbert
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 BASE = "test/bert-base-shaped"
 SMALL_FILES = ("config.json", "vocab.txt")
+RUN_LIMIT = 300  # seconds any one npbert run may take
+ROOT = Path(__file__).resolve().parent.parent
+FAST = {"HF_HUB_ETAG_TIMEOUT": "2", "HF_HUB_DOWNLOAD_TIMEOUT": "2"}  # timeouts for fault tests
+
+
+def data_range(method: str, path: str, wanted: str) -> bool:
+    """A request for tensor bytes: a Range past the header's length and the header."""
+    return wanted.startswith("bytes=") and not wanted.startswith(("bytes=0-7", "bytes=8-"))
+
+
+def header_range(method: str, path: str, wanted: str) -> bool:
+    return wanted.startswith("bytes=8-")
+
+
+def model_info(method: str, path: str, wanted: str) -> bool:
+    return path.startswith("/api/models/")
+
+
+def everything(method: str, path: str, wanted: str) -> bool:
+    return True
 
 
 @pytest.fixture(scope="session")
@@ -82,6 +106,7 @@ def repos(tmp_path_factory, minilm_dir, bert_base_dir):
         "test/pickled": (pickled, {}),
         "test/sharded": (sharded, {}),
         "test/no-config": (no_config, {}),
+        **{f"test/tiny-{family}": (DATA / f"tiny-{family}", {}) for family in FAMILY_REPOS},
     }
 
 
@@ -97,29 +122,55 @@ def server(repos):
 
 @pytest.fixture
 def hub(server, tmp_path):
-    """The server with fresh counts, and a function running npbert against it."""
+    """The server with fresh counts and no faults, and functions running npbert against it
+    (each result has .seconds, the run's wall time)."""
     fake, endpoint = server
     fake.reset_counts()
     fake.ignore_range = False
-    fake.drop_after = None
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    fake.faults.clear()
+    fake.release.clear()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TQDM_"))}
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1")
 
-    def npbert_cli(*argv, **extra_env):
+    def run(argv, extra_env):
+        started = time.monotonic()
         result = subprocess.run(
-            [sys.executable, "-m", "npbert.cli", *map(str, argv)],
+            [str(a) for a in argv],
             env={**env, **extra_env},
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=RUN_LIMIT,
             check=False,
         )
+        result.seconds = time.monotonic() - started
         assert "Traceback" not in result.stderr, result.stderr
         return result
 
-    fake.run = npbert_cli
+    fake.run = lambda *argv, **extra: run([sys.executable, "-m", "npbert.cli", *argv], extra)
+    fake.python = lambda code, **extra: run([sys.executable, "-c", code], extra)
+    fake.exec = lambda *argv, **extra: run(argv, extra)
+    fake.env = env
     fake.home = tmp_path / "hf"
-    return fake
+    yield fake
+    fake.release.set()  # ends any fault still holding a connection
+
+
+def snapshot(hub, repo_id: str) -> Path:
+    """The repo's snapshot directory in the Hub cache, for the commit the server serves."""
+    repo = "models--" + repo_id.replace("/", "--")
+    return hub.home / "hub" / repo / "snapshots" / hub.repos[repo_id].sha
+
+
+def entries(hub, repo_id: str) -> list[Path]:
+    """npbert's embedding-only checkpoints of a repo, and any temporaries, in the cache."""
+    return sorted(snapshot(hub, repo_id).parent.glob("*/*npbert-embeddings*"))
+
+
+def one_line(result) -> str:
+    """The one error line of a failed run (exit 2), checked to be all it printed."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("npbert: error: ")
+    return result.stderr
 
 
 def embed_to(hub, tmp_path, model, *extra, name="out.npz"):
@@ -130,6 +181,33 @@ def embed_to(hub, tmp_path, model, *extra, name="out.npz"):
     assert result.returncode == 0, result.stderr
     with np.load(out, allow_pickle=False) as saved:
         return {k: saved[k] for k in saved.files}
+
+
+# Families whose layer reads other tensors than BERT's: a projection, no token types, other names.
+FAMILY_REPOS = ("albert", "deberta-v2", "modernbert", "roberta")
+
+
+@pytest.mark.parametrize("family", FAMILY_REPOS)
+def test_a_fetch_takes_exactly_the_tensors_the_family_reads(hub, tmp_path, family):
+    from safetensors import safe_open
+
+    result = hub.run("fetch", f"test/tiny-{family}", "--quiet")
+    assert result.returncode == 0, result.stderr
+    cached = Path(result.stdout.strip().splitlines()[-1])
+    local = npbert.load_weights(DATA / f"tiny-{family}")
+    with safe_open(cached / "model.safetensors", framework="numpy") as f:
+        names = set(f.keys())
+    assert names == {tensor.name for tensor in local_tensors(DATA / f"tiny-{family}")}
+    fetched = npbert.load_weights(cached)
+    assert fetched.config == local.config
+    for name, array in local.arrays.items():
+        np.testing.assert_array_equal(fetched.arrays[name], array, err_msg=name)
+
+
+def local_tensors(directory):
+    from npbert.checkpoint import locate_checkpoint
+
+    return locate_checkpoint(directory)[1].values()
 
 
 def test_hub_model_equals_the_same_directory_loaded_locally(hub, tmp_path, minilm_dir):
@@ -159,9 +237,9 @@ def test_only_the_embedding_tensors_are_downloaded(hub, bert_base_dir, record):
     assert "out of" in result.stdout and "cached in" in result.stdout
     again = hub.run("fetch", BASE)
     assert "(main)\nalready cached: nothing downloaded" in again.stdout
+    assert entries(hub, BASE) == [snapshot(hub, BASE) / "npbert-embeddings"]
     np.testing.assert_array_equal(
-        npbert.load_weights(next((hub.home / "hub" / "npbert").glob("*/*"))).word_embeddings,
-        tensors.word_embeddings,
+        npbert.load_weights(entries(hub, BASE)[0]).word_embeddings, tensors.word_embeddings
     )
 
 
@@ -180,21 +258,44 @@ def test_offline_loads_from_cache_and_fails_clearly_when_not_cached(hub, tmp_pat
     offline = hub.run("embed", "x", "--model", "test/tiny", HF_HUB_OFFLINE="1")
     assert offline.returncode == 0 and hub.requests == []
     missing = hub.run("embed", "x", "--model", MINILM, HF_HUB_OFFLINE="1")
-    assert missing.returncode == 2 and hub.requests == []
-    assert "not in the cache and HF_HUB_OFFLINE is set" in missing.stderr
-    assert missing.stderr.count("\n") == 1
+    assert "is not in the cache" in one_line(missing) and hub.requests == []
+    assert "(HF_HUB_OFFLINE, --offline or local_files_only)" in missing.stderr
 
 
-def test_unreachable_hub_uses_the_cache_or_says_what_to_do(hub, tmp_path):
+def test_unreachable_hub_uses_the_cache_or_says_what_to_do_within_10_s(hub, tmp_path, record):
     embed_to(hub, tmp_path, "test/tiny")
     closed = "http://127.0.0.1:9"  # discard port: nothing listens on loopback there
     cached = hub.run("embed", "x", "--model", "test/tiny", HF_ENDPOINT=closed)
     assert cached.returncode == 0, cached.stderr
     uncached = hub.run("embed", "x", "--model", "test/sharded", HF_ENDPOINT=closed)
-    # huggingface_hub logs its retries (about 20 s of backoff); npbert's own word is one line
-    errors = [line for line in uncached.stderr.splitlines() if line.startswith("npbert:")]
-    assert uncached.returncode == 2 and len(errors) == 1
-    assert "cannot reach http://127.0.0.1:9 and test/sharded is not cached" in errors[0]
+    # one line: huggingface_hub's retry warnings stay off the terminal
+    line = one_line(uncached)
+    assert "cannot reach http://127.0.0.1:9 (" in line and "test/sharded is not cached" in line
+    assert uncached.seconds < 10
+    record(f"unreachable Hub (closed port): one-line error after {uncached.seconds:.1f} s")
+
+
+@pytest.mark.parametrize(
+    ("env", "limit"), [({}, 10), ({"HF_HUB_ETAG_TIMEOUT": "2"}, 5)], ids=["default", "etag-2s"]
+)
+def test_hub_that_accepts_and_never_answers_fails_in_time(hub, env, limit, record):
+    hub.faults.append(Fault("stall", everything, times=100))
+    result = hub.run("fetch", "test/tiny", **env)
+    line = one_line(result)
+    assert "cannot reach" in line and "test/tiny is not cached" in line
+    assert result.seconds < limit
+    assert hub.requests and all(path.startswith("/api/models/") for _, path, _ in hub.requests)
+    record(f"Hub that never answers ({env or 'defaults'}): error after {result.seconds:.1f} s")
+
+
+@pytest.mark.parametrize("kind", ["stall_body", "trickle"])
+def test_stalled_or_trickling_tensor_bytes_honour_the_download_timeout(hub, kind, record):
+    hub.faults.append(Fault(kind, data_range))
+    result = hub.run("fetch", "test/tiny", HF_HUB_DOWNLOAD_TIMEOUT="2")
+    assert "nothing was cached" in one_line(result)
+    assert result.seconds < 8
+    assert entries(hub, "test/tiny") == []
+    record(f"{kind} in the tensor bytes, HF_HUB_DOWNLOAD_TIMEOUT=2: {result.seconds:.1f} s")
 
 
 def test_revision_pinning_by_tag_and_sha_is_recorded(hub, tmp_path):
@@ -234,12 +335,16 @@ def test_sharded_repo_fetches_only_the_shard_with_the_embeddings(hub, tmp_path):
         ("test/pickled", {}, "has only pytorch_model.bin: npbert reads safetensors"),
         ("not a repo!", {}, "is not a valid Hub repo id"),
         ("test/no-config", {}, "test/no-config: file not found"),
+        ("mymodel", {}, "not found on http://127.0.0.1"),
+        ("mymodel", {"HF_ENDPOINT": "http://127.0.0.1:9"}, "cannot reach http://127.0.0.1:9"),
     ],
 )
 def test_hub_errors_are_one_line_with_exit_2(hub, repo, env, message):
     result = hub.run("embed", "x", "--model", repo, **env)
-    assert result.returncode == 2
-    assert message in result.stderr and result.stderr.count("\n") == 1
+    assert message in one_line(result)
+    # a name that matched nothing may be a mistyped directory: say that there is none
+    nowhere = "not found on" in message or "cannot reach" in message
+    assert nowhere == (f"no local directory named {repo} exists either" in result.stderr)
 
 
 def test_gated_repo_loads_with_a_token(hub, tmp_path):
@@ -266,25 +371,297 @@ def test_server_ignoring_range_is_reported(hub):
 
 
 def test_connection_dropped_mid_range_caches_nothing_and_retry_succeeds(hub, tmp_path):
-    hub.drop_after = 10_000_000  # only the word table's range is longer: it is cut there
-    cache = hub.home / "hub" / "npbert"
+    hub.faults.append(Fault("short", lambda m, p, r: data_range(m, p, r) and "bert-base" in p))
     first = hub.run("fetch", BASE)
-    assert first.returncode == 2, first.stdout
-    assert "nothing was cached" in first.stderr and first.stderr.count("\n") == 1
-    assert not [p for p in cache.glob("*/*") if not p.name.endswith(".lock")]
+    assert "nothing was cached" in one_line(first)
+    assert entries(hub, BASE) == []
     retry = hub.run("fetch", BASE)
     assert retry.returncode == 0, retry.stderr
-    assert [p.name for p in cache.glob("*/*") if p.is_dir()] == [hub.repos[BASE].sha]
+    assert entries(hub, BASE) == [snapshot(hub, BASE) / "npbert-embeddings"]
 
 
 def test_two_processes_fetching_at_once_both_succeed(hub, bert_base_dir):
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda _: hub.run("fetch", BASE), range(2)))
     assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
-    cached = sorted((hub.home / "hub" / "npbert").glob("*/*"))
-    assert [p.name for p in cached if p.is_dir()] == [hub.repos[BASE].sha]
+    assert entries(hub, BASE) == [snapshot(hub, BASE) / "npbert-embeddings"]
     np.testing.assert_array_equal(
-        npbert.load_weights(Path(cached[0])).word_embeddings,
+        npbert.load_weights(entries(hub, BASE)[0]).word_embeddings,
         npbert.load_weights(bert_base_dir).word_embeddings,
     )
     assert sum("already cached" in r.stdout for r in results) <= 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "where", "message"),
+    [
+        ("stall_body", data_range, "nothing was cached"),
+        ("trickle", data_range, "slower than 1024 bytes/s"),
+        ("reset", data_range, "nothing was cached"),
+        ("short", data_range, "nothing was cached"),
+        ("wrong_range", data_range, "the server answered Content-Range"),
+        ("no_content_range", data_range, "the server answered Content-Range ''"),
+        ("wrong_length", data_range, "Content-Length"),
+        ("wrong_size", data_range, "then the server said"),
+        ("error_503", data_range, "the Hub answered 503 Service Unavailable for http"),
+        ("wrong_range", header_range, "the server answered Content-Range"),
+        ("short", header_range, "nothing was cached"),
+        ("wrong_size", header_range, "then the server said"),
+        ("stall", model_info, "no answer in 2 s"),
+        ("error_503", model_info, "the Hub answered 503 Service Unavailable for http"),
+    ],
+)
+def test_each_fault_is_a_one_line_error_in_time_and_a_rerun_is_correct(hub, kind, where, message):
+    hub.faults.append(Fault(kind, where))
+    result = hub.run("fetch", "test/tiny", **FAST)
+    assert message in one_line(result)
+    assert result.seconds < 10
+    assert entries(hub, "test/tiny") == []
+    rerun = hub.run("fetch", "test/tiny", **FAST)
+    assert rerun.returncode == 0, rerun.stderr
+    np.testing.assert_array_equal(
+        npbert.load_weights(entries(hub, "test/tiny")[0]).word_embeddings,
+        npbert.load_weights(TINY).word_embeddings,
+    )
+
+
+WORD = "bert.embeddings.word_embeddings.weight"  # in TINY: F32 (87, 32) at [17920, 29056)
+
+
+def with_word(**entry):
+    return lambda header: header[WORD].update(entry)
+
+
+TAMPERED = {  # how the header is changed, what the error says
+    "reversed-offsets": (with_word(data_offsets=[29056, 17920]), "reversed data_offsets"),
+    "shape-not-bytes": (with_word(shape=[87, 33]), "but its data_offsets hold 11136"),
+    "f16-label-on-f32": (with_word(dtype="F16"), "but its data_offsets hold 11136"),
+    "i32": (with_word(dtype="I32"), "is I32; npbert reads"),
+    "f64": (with_word(dtype="F64", shape=[87, 16]), "is F64; npbert reads"),
+    "unknown-dtype": (with_word(dtype="F12"), "unknown dtype 'F12'"),
+    "overlapping": (with_word(data_offsets=[17664, 28800]), "overlaps the tensor before it"),
+}
+
+
+def tampered_checkpoint(directory: Path, change) -> Path:
+    """TINY with change(header) applied to its safetensors header; the data buffer as is."""
+    raw = (TINY / "model.safetensors").read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + length])
+    change(header)
+    text = json.dumps(header).encode()
+    directory.mkdir()
+    weights = len(text).to_bytes(8, "little") + text + raw[8 + length :]
+    (directory / "model.safetensors").write_bytes(weights)
+    for name in SMALL_FILES:
+        shutil.copy(TINY / name, directory)
+    return directory
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_a_served_header_is_checked_as_a_local_file_is(hub, tmp_path, case):
+    change, message = TAMPERED[case]
+    directory = tampered_checkpoint(tmp_path / case, change)
+    hub.add(f"test/{case}", directory)
+    assert message in one_line(hub.run("fetch", f"test/{case}"))
+    assert entries(hub, f"test/{case}") == []
+    with pytest.raises(npbert.InputError):  # the local loader refuses the same file
+        npbert.load_weights(directory)
+
+
+def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
+    """HF_HOME on a 2 MiB tmpfs, mounted in a mount namespace of the run's own."""
+    namespace = ["unshare", "--user", "--map-root-user", "--mount"]
+    try:
+        probe = subprocess.run([*namespace, "true"], capture_output=True, timeout=30, check=False)
+    except FileNotFoundError:
+        pytest.skip("needs unshare (util-linux)")
+    if probe.returncode != 0:
+        pytest.skip(f"needs user and mount namespaces: {probe.stderr.decode().strip()}")
+    script = (
+        'mount -t tmpfs -o size=2m tmpfs "$HF_HOME" || exit 9; "$0" -m npbert.cli fetch "$1"; '
+        'status=$?; ls -a "$HF_HOME"/hub/models--*/snapshots/*/; exit $status'
+    )
+    home = tmp_path / "small-disk"
+    home.mkdir()
+    result = hub.exec(*namespace, "sh", "-c", script, sys.executable, BASE, HF_HOME=str(home))
+    line = one_line(result)
+    assert "No space left on device" in line and "choose another Hugging Face cache" in line
+    assert "config.json" in result.stdout and "npbert-embeddings" not in result.stdout
+
+
+def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub):
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    weights = entries(hub, "test/tiny")[0] / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)  # someone else's doing
+    for argv in (["embed", "x", "--model", "test/tiny"], ["inspect", "test/tiny"]):
+        line = one_line(hub.run(*argv))
+        assert "is damaged" in line and "run `npbert fetch test/tiny` to repair it" in line
+    repaired = hub.run("fetch", "test/tiny")
+    assert repaired.returncode == 0, repaired.stderr
+    assert "repaired: the cached copy was damaged" in repaired.stdout
+    np.testing.assert_array_equal(
+        npbert.load_weights(entries(hub, "test/tiny")[0]).word_embeddings,
+        npbert.load_weights(TINY).word_embeddings,
+    )
+
+
+def test_a_damaged_full_download_is_reported_and_repaired_too(hub):
+    assert hub.run("fetch", "test/tiny", "--full").returncode == 0
+    blob = (snapshot(hub, "test/tiny") / "model.safetensors").resolve()
+    os.truncate(blob, 100)
+    line = one_line(hub.run("embed", "x", "--model", "test/tiny", "--full"))
+    assert "run `npbert fetch --full test/tiny` to repair it" in line
+    repaired = hub.run("fetch", "test/tiny", "--full")
+    assert "repaired: the cached copy was damaged" in repaired.stdout, repaired.stderr
+    assert blob.read_bytes() == (TINY / "model.safetensors").read_bytes()
+
+
+def test_kill_9_mid_fetch_leaves_temporaries_that_the_next_fetch_removes(hub):
+    hub.faults.append(Fault("stall_body", data_range))
+    command = [sys.executable, "-m", "npbert.cli", "fetch", "test/tiny"]
+    process = subprocess.Popen(command, env=hub.env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(data_range(*request) for request in hub.requests):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.2)  # the stalled body has begun
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    left = entries(hub, "test/tiny")
+    assert left and all(path.name.startswith(".npbert-embeddings.") for path in left)
+    hub.release.set()
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    assert entries(hub, "test/tiny") == [snapshot(hub, "test/tiny") / "npbert-embeddings"]
+
+
+def hf_command() -> Path | None:
+    """huggingface_hub's `hf` command beside this Python, where it is installed and runs."""
+    hf = Path(sys.executable).with_name("hf")
+    if not hf.exists():
+        return None
+    works = subprocess.run([hf, "--help"], capture_output=True, timeout=60, check=False)
+    return hf if works.returncode == 0 else None
+
+
+def test_the_cache_is_one_that_huggingface_hubs_tools_list_and_delete(hub):
+    from huggingface_hub import scan_cache_dir
+
+    for repo_id in ("test/tiny", "test/sharded"):
+        assert hub.run("fetch", repo_id).returncode == 0
+    info = scan_cache_dir(hub.home / "hub")
+    assert not info.warnings, info.warnings
+    revisions = {r.repo_id: next(iter(r.revisions)) for r in info.repos}
+    for repo_id, revision in revisions.items():
+        assert revision.commit_hash == hub.repos[repo_id].sha
+        files = {f.file_path.relative_to(revision.snapshot_path).as_posix() for f in revision.files}
+        assert "npbert-embeddings/model.safetensors" in files
+        ours = entries(hub, repo_id)[0] / "model.safetensors"
+        assert revision.size_on_disk > ours.stat().st_size  # counted, with the Hub's files
+    info.delete_revisions(revisions["test/tiny"].commit_hash).execute()
+    assert not revisions["test/tiny"].snapshot_path.exists()
+    assert "is not in the cache" in one_line(hub.run("fetch", "test/tiny", "--offline"))
+    hf = hf_command()
+    if hf is not None:
+        listed = hub.exec(hf, "cache", "ls", "--show-warnings")
+        assert "test/sharded" in listed.stdout
+        assert "inconsisten" not in listed.stdout + listed.stderr
+        removed = hub.exec(hf, "cache", "rm", revisions["test/sharded"].commit_hash, "--yes")
+        assert removed.returncode == 0, removed.stderr
+        assert not revisions["test/sharded"].snapshot_path.exists()
+
+
+def test_token_cache_dir_and_local_files_only_have_huggingface_hubs_meanings(hub, tmp_path):
+    cache = tmp_path / "elsewhere"
+    code = f"""
+import npbert
+try:
+    npbert.load_weights("test/gated", cache_dir={str(cache)!r}, local_files_only=True)
+except npbert.InputError as error:
+    print("offline:", error)
+weights = npbert.load_weights("test/gated", token={TOKEN!r}, cache_dir={str(cache)!r})
+print("loaded", weights.config.hidden_size, weights.source["weights"])
+"""
+    result = hub.python(code)
+    assert result.returncode == 0, result.stderr
+    assert "offline: test/gated is not in the cache" in result.stdout
+    assert "loaded 32 embedding tensors only" in result.stdout
+    assert (cache / "models--test--gated").is_dir() and not hub.home.exists()
+    hub.reset_counts()
+    again = "import npbert; npbert.Embedder.from_pretrained('test/gated', cache_dir={!r}, {})"
+    assert hub.python(again.format(str(cache), "local_files_only=True")).returncode == 0
+    assert hub.requests == []
+    quiet = hub.run("fetch", "test/gated", "--token", TOKEN, "--cache-dir", cache, "--quiet")
+    sha = hub.repos["test/gated"].sha
+    assert quiet.stdout == f"{cache}/models--test--gated/snapshots/{sha}/npbert-embeddings\n"
+    hub.reset_counts()
+    offline = hub.run("fetch", "test/gated", "--cache-dir", cache, "--offline")
+    assert "already cached" in offline.stdout and hub.requests == []
+
+
+def run_on_a_terminal(hub, *argv, **extra_env) -> tuple[int, str]:
+    """npbert with stdout and stderr on a pseudo-terminal: (exit status, what it showed)."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    control, terminal = pty.openpty()
+    # 24 rows of 120 columns: a new pseudo-terminal is 0 wide, and tqdm draws nothing in that
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    command = [sys.executable, "-m", "npbert.cli", *map(str, argv)]
+    env = {**hub.env, **extra_env}
+    process = subprocess.Popen(command, env=env, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    shown, deadline = b"", time.monotonic() + RUN_LIMIT
+    try:
+        while time.monotonic() < deadline:
+            if select.select([control], [], [], 1)[0]:
+                try:
+                    chunk = os.read(control, 1 << 16)
+                except OSError:  # EIO: the process closed the terminal
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            elif process.poll() is not None:
+                break
+    finally:
+        os.close(control)
+        process.kill()
+        process.wait(timeout=30)
+    return process.returncode, shown.decode(errors="replace")
+
+
+def test_the_weights_download_shows_a_progress_bar_on_a_terminal_only(hub, tmp_path):
+    status, shown = run_on_a_terminal(hub, "fetch", BASE)
+    assert status == 0, shown
+    assert re.search(r"model\.safetensors: +100%\|.+\| 95\.\dM/95\.\dM", shown), shown
+    status, shown = run_on_a_terminal(hub, "fetch", BASE, "--quiet", HF_HOME=str(tmp_path / "b"))
+    assert status == 0 and "%|" not in shown
+    assert shown.strip().endswith("npbert-embeddings")
+    piped = hub.run("fetch", "test/tiny")  # not a terminal: nothing on stderr
+    assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_huggingface_hubs_retry_warnings_show_only_when_asked_for(hub, tmp_path):
+    def head_config(method, path, wanted):
+        return method == "HEAD" and path.endswith("/config.json")
+
+    hub.faults.append(Fault("error_503", head_config, times=2))
+    quiet = hub.run("fetch", "test/tiny")
+    assert "Retrying" not in quiet.stderr
+    if quiet.returncode != 0:  # this huggingface_hub does not retry (0.x, 1.0): nothing to show
+        assert "the Hub answered 503 Service Unavailable for http" in one_line(quiet)
+        return
+    hub.faults.append(Fault("error_503", head_config, times=2))
+    shown = hub.run("fetch", "test/tiny", HF_HUB_VERBOSITY="warning", HF_HOME=str(tmp_path / "b"))
+    assert shown.returncode == 0 and "Retrying in 1s" in shown.stderr
+
+
+def test_ci_tests_the_oldest_huggingface_hub_that_pyproject_allows():
+    floor = re.search(r'"huggingface_hub>=([\d.]+)"', (ROOT / "pyproject.toml").read_text())[1]
+    assert f"huggingface_hub=={floor}" in (ROOT / ".ci" / "run").read_text()
