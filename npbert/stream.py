@@ -36,7 +36,7 @@ from npbert.errors import InputError
 from npbert.model import Embedder
 from npbert.progress import Progress
 from npbert.ragged import embed_encodings
-from npbert.sources import Chunk, chunks, input_files, read_chunk, total_size
+from npbert.sources import Chunk, Consumed, chunks, input_files, read_chunk, total_size
 
 INDEX = "index.json"
 FORMAT = "npbert corpus embeddings, version 2"
@@ -155,7 +155,10 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
         )
     if not resume or not (directory / INDEX).exists():
         directory.mkdir(parents=True, exist_ok=True)
-        return {**settings, "shards": [], "texts": 0, "tokens": 0, "complete": False}
+        index = {**settings, "shards": [], "texts": 0, "tokens": 0, "complete": False}
+        index["consumed"] = Consumed().state()  # nothing yet
+        write_index(directory, index)
+        return index
     index = read_index(directory, "--resume")
     changed = [key for key in settings if index.get(key) != settings[key]]
     if changed:
