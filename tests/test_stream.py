@@ -389,7 +389,7 @@ def test_float16_halves_the_output(tmp_path, embedder):
 
 
 def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
-    pa = pytest.importorskip("pyarrow")  # the test extra brings it, with ray[data]
+    import pyarrow as pa  # the test extra brings it, with ray[data]
     import pyarrow.parquet as pq
 
     from npbert.stream import embed_corpus
@@ -408,7 +408,7 @@ def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
 
 
 def test_parquet_without_a_text_column(tmp_path, minilm_dir):
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"body": ["a", "b"]}), tmp_path / "c.parquet")
