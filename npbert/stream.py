@@ -230,6 +230,7 @@ def tokenize(embedder: Embedder, records: list, truncation: bool) -> list:
                 max_length=embedder.weights.config.max_length,
                 truncation=truncation,
                 names=[records[i].where for i in members],
+                with_tokens=False,
             )
             encodings.update(zip(members, encoded, strict=True))
     return [encodings[i] for i in range(len(records))]

@@ -64,9 +64,11 @@ class Tokenizer:
         max_length: int | None,
         truncation: bool = False,
         names: list[str] | None = None,
+        with_tokens: bool = True,
     ) -> list:
         """tokenizers Encodings of B texts (or B (text, pair) pairs), unpadded. `names` label
-        the texts in errors ("text 3", "input.txt line 9")."""
+        the texts in errors ("text 3", "input.txt line 9"). with_tokens=False: ids and token
+        types only (the encodings' token strings are left empty), for a corpus."""
         if not texts:
             raise InputError("no text to embed")
         _check_texts("texts", texts, names)
@@ -77,7 +79,11 @@ class Tokenizer:
                 raise InputError(f"{len(texts)} texts but {len(pairs)} pairs: give one per text")
             inputs = list(zip(texts, pairs, strict=True))
         cut = truncation and max_length is not None
-        encodings = (self.truncating(max_length) if cut else self.tokenizer).encode_batch(inputs)
+        tokenizer = self.truncating(max_length) if cut else self.tokenizer
+        encode = tokenizer.encode_batch
+        if not with_tokens:  # (tokenizers 0.20 on) no offsets, no token strings: 10-15% faster
+            encode = getattr(tokenizer, "encode_batch_fast", encode)
+        encodings = encode(inputs)
         for i, encoding in enumerate(encodings):
             if max_length is not None and len(encoding.ids) > max_length:
                 name = names[i] if names else f"text {i}"
