@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import os
 import signal
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -265,10 +266,33 @@ class LocalEngine:
 _job = None  # in a worker: (embedder, truncation, dtype), inherited through fork
 
 
-def _start_worker(job) -> None:
+def _start_worker(job, parent: int) -> None:
     global _job
     _job = job
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
+    die_with(parent)
+
+
+def die_with(parent: int) -> None:
+    """End this worker when the main process ends, even by kill -9: a worker waits on a
+    queue whose other end it holds too (fork), so it would never see the end of it and
+    would wait forever. Linux's PR_SET_PDEATHSIG does it at once; elsewhere a thread
+    checks every second."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        import threading
+
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(1)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent:  # it ended before the above took effect
+        os._exit(1)
 
 
 def embed_chunk(directory: Path, name: str, chunk: Chunk) -> int:
@@ -290,7 +314,7 @@ def worker_pool(workers: int, job):
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
         pool = ProcessPoolExecutor(
-            workers, multiprocessing.get_context("fork"), _start_worker, (job,)
+            workers, multiprocessing.get_context("fork"), _start_worker, (job, os.getpid())
         )
         pool.submit(int).result()  # forks every worker now, while the variable is set
     finally:

@@ -1,6 +1,7 @@
 """npbert embed --input: a corpus streamed into shards, in bounded memory, safe to interrupt."""
 
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -152,8 +153,11 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
         if index_path.is_file() and len(json.loads(index_path.read_text())["shards"]) >= 3:
             break
         time.sleep(0.01)
+    workers = _children(process.pid)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    assert len(workers) == 2
+    _assert_gone(workers)  # the workers end with the main process, even killed
     index = json.loads((out / "index.json").read_text())
     assert not index["complete"] and len(index["shards"]) >= 3
     listed = {
@@ -177,6 +181,22 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
     for a, b in zip(read_corpus(out), read_corpus(tmp_path / "clean"), strict=True):
         np.testing.assert_array_equal(a, b)
     assert not list(out.glob(".*.tmp"))
+
+
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    children = [c for t in tasks.iterdir() for c in (t / "children").read_text().split()]
+    return [int(c) for c in children]
+
+
+def _assert_gone(pids: list[int]) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.05)
+    alive = [p for p in pids if Path(f"/proc/{p}").exists()]
+    for pid in alive:  # end them here, so that a failure leaves none behind
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"worker processes {alive} outlived the killed main process"
 
 
 def test_resume_refuses_a_run_with_other_settings(tmp_path, minilm_dir):
