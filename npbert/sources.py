@@ -68,6 +68,8 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
     """(path, format) of every file of the input, in order: a file, "-", or a directory."""
     source = os.fspath(source)
     if source == "-":
+        if input_format == "parquet":
+            raise InputError("--input -: standard input takes txt or jsonl, not Parquet")
         return [("-", input_format or "txt")]
     path = Path(source)
     if path.is_dir():
