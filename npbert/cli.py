@@ -69,7 +69,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def count(text: str) -> int:
-    """A whole number of at least 1, for --batch-size and --shard-tokens."""
+    """A whole number of at least 1, for --shard-bytes and --workers."""
     try:
         value = int(text)
     except ValueError:
@@ -152,35 +152,7 @@ def add_embed(commands) -> None:
         help="also apply the projection to the hidden size that ALBERT, ELECTRA and RoFormer "
         "apply after the layer: what the first encoder layer receives",
     )
-    corpus = embed.add_argument_group("corpus", "stream a corpus into a directory of shards")
-    corpus.add_argument(
-        "--input",
-        metavar="FILE",
-        help='.txt (a text a line), .jsonl ({"text": ..., '
-        '"pair": ...} a line), or - for standard input',
-    )
-    corpus.add_argument(
-        "--input-format",
-        choices=("txt", "jsonl"),
-        help="the format of --input (default: from the file name; txt for -)",
-    )
-    corpus.add_argument(
-        "--batch-size",
-        type=count,
-        default=32,
-        metavar="N",
-        help="texts embedded together (default: %(default)s)",
-    )
-    corpus.add_argument(
-        "--shard-tokens",
-        type=count,
-        default=16384,
-        metavar="N",
-        help="about this many tokens per shard; memory use grows with it (default: %(default)s)",
-    )
-    corpus.add_argument(
-        "--resume", action="store_true", help="continue an interrupted run into the same --out"
-    )
+    add_corpus_options(embed)
     embed.set_defaults(run=run_embed)
 
 
@@ -442,27 +414,85 @@ def run_embed(args) -> int:
     return 0
 
 
-def run_embed_corpus(args) -> int:
-    from npbert.model import Embedder
-    from npbert.stream import embed_corpus
+def add_corpus_options(embed: argparse.ArgumentParser) -> None:
+    """`embed --input`: a corpus streamed into a directory of shards, on this machine's cores
+    or on a Ray cluster."""
+    corpus = embed.add_argument_group("corpus", "stream a corpus into a directory of shards")
+    corpus.add_argument(
+        "--input",
+        metavar="FILE|DIR",
+        help=".txt (a text a line), .jsonl, .parquet, a directory of them, or - for stdin",
+    )
+    corpus.add_argument(
+        "--input-format",
+        choices=("txt", "jsonl", "parquet"),
+        help="default: from each file's name, txt for -",
+    )
+    corpus.add_argument(
+        "--shard-bytes",
+        type=count,
+        default=1 << 16,
+        metavar="N",
+        help="bytes of input per shard (default: %(default)s, about 16k tokens of English "
+        "text); memory use grows with it",
+    )
+    corpus.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="of the embeddings written (default: %(default)s); float16 is half the size",
+    )
+    corpus.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    corpus.add_argument(
+        "--workers",
+        type=count,
+        metavar="N",
+        help="processes (local) or actors (ray); default: one per core (per CPU of the cluster)",
+    )
+    corpus.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local worker processes or a Ray cluster (needs npbert[ray]) (default: %(default)s)",
+    )
+    corpus.add_argument(
+        "--address", help="--engine ray: the cluster to join (default: start one here)"
+    )
+    corpus.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
-    if args.texts or args.ids_file or args.pair or args.stages:
-        raise InputError("--input embeds a whole file: give no TEXT, --pair, --ids-file, --stages")
+
+def run_embed_corpus(args) -> int:
+    if args.texts or args.ids_file or args.pair or args.stages or args.project:
+        raise InputError(
+            "--input embeds a whole file: give no TEXT, --pair, --ids-file, --stages, --project"
+        )
     if args.out is None:
         raise InputError("--input needs --out DIR, the directory the shards go to")
-    input_format = args.input_format or ("jsonl" if args.input.endswith(".jsonl") else "txt")
-    embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
-    index = embed_corpus(
-        embedder,
-        args.input,
-        args.out,
-        input_format=input_format,
-        batch_size=args.batch_size,
-        shard_tokens=args.shard_tokens,
-        truncation=args.truncate,
-        resume=args.resume,
-        progress=sys.stderr.isatty(),
-    )
+    if args.address is not None and args.engine != "ray":
+        raise InputError("--address goes with --engine ray")
+    progress = None if args.quiet else "bar" if sys.stderr.isatty() else "lines"
+    options = {
+        "input_format": args.input_format,
+        "shard_bytes": args.shard_bytes,
+        "truncation": args.truncate,
+        "resume": args.resume,
+        "dtype": args.dtype,
+        "workers": args.workers,
+        "progress": progress,
+    }
+    if args.engine == "ray":
+        from npbert.ray import embed_corpus_on_ray
+
+        index = embed_corpus_on_ray(
+            args.model, args.input, args.out, revision=args.revision, full=args.full,
+            address=args.address, **options,
+        )  # fmt: skip
+    else:
+        from npbert.model import Embedder
+        from npbert.stream import embed_corpus
+
+        embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
+        index = embed_corpus(embedder, args.input, args.out, **options)
     print(
         f"embedded {index['texts']:,} texts, {index['tokens']:,} tokens, in "
         f"{len(index['shards'])} shards: {args.out}"

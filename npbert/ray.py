@@ -1,0 +1,271 @@
+"""npbert on a Ray cluster, through Ray Data (pip install 'npbert[ray]').
+
+    import ray, npbert.ray
+    texts = ray.data.read_parquet("s3://bucket/corpus/")            # a `text` column
+    embedded = npbert.ray.embed_dataset(texts, "sentence-transformers/all-MiniLM-L6-v2")
+    embedded.write_parquet("s3://bucket/embedded/")
+
+`Embed` is the callable class for `Dataset.map_batches`: each actor loads the model once (a
+local directory, or a Hub repo id fetched into that node's cache: only the embedding
+tensors), and embeds on one thread. `embed_corpus_on_ray` is `npbert embed --engine ray`:
+the corpus job of npbert.stream with Ray actors in place of worker processes.
+
+The module is named for what it adds, as the issue asked (npbert.ray); it does not shadow
+the ray package because imports are absolute (`import ray` here is the top-level package).
+Nothing else in npbert imports it, so npbert's core never imports Ray.
+"""
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from npbert.errors import InputError
+from npbert.sources import Record
+
+COLUMNS = ("embeddings", "input_ids", "token_type_ids", "lengths")
+
+
+def _ray(local: bool = False):
+    """The ray package. local: a cluster of this machine alone is to be started, so its
+    node listens on 127.0.0.1, not on the network (read by Ray when first imported)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no report sent home
+    if local:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise InputError("--engine ray needs Ray Data: pip install 'npbert[ray]'") from None
+    return ray
+
+
+def _ragged(arrays: list) -> np.ndarray:
+    """An object array of arrays, one per row: how Ray Data's numpy batches hold a column of
+    arrays of different shapes (np.array would stack equal shapes or fail)."""
+    column = np.empty(len(arrays), dtype=object)
+    column[:] = arrays
+    return column
+
+
+class Embed:
+    """For `Dataset.map_batches(Embed, fn_constructor_kwargs={"model": M}, ...)`.
+
+    Takes numpy batches with a `text` column of strings and an optional `pair` column
+    (strings, or None for a text without one; a `where` column, if any, names texts in
+    errors). Adds, per text: embeddings (L_i, E) in `dtype`, input_ids and token_type_ids
+    (L_i,) int64, lengths int64; padding is never computed nor returned. Other columns pass
+    through. One model and one thread per actor.
+    """
+
+    def __init__(self, model, *, revision=None, full=False, truncation=False, dtype="float32"):
+        from npbert.model import Embedder
+
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the actor's one CPU
+        if dtype not in ("float32", "float16"):
+            raise InputError(f"dtype must be float32 or float16, got {dtype!r}")
+        self.embedder = Embedder.from_pretrained(model, revision=revision, full=full)
+        self.truncation, self.dtype = truncation, dtype
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from npbert.stream import shard_arrays
+
+        if "text" not in batch:
+            raise InputError(f"the dataset has no 'text' column (its columns: {', '.join(batch)})")
+        arrays = shard_arrays(self.embedder, _records(batch), self.truncation, self.dtype)
+        ends = np.cumsum(arrays["lengths"])[:-1]
+        return {
+            **batch,
+            "embeddings": _ragged(np.split(arrays["embeddings"], ends)),
+            "input_ids": _ragged(np.split(arrays["input_ids"], ends)),
+            "token_type_ids": _ragged(np.split(arrays["token_type_ids"], ends)),
+            "lengths": arrays["lengths"],
+        }
+
+
+def _records(batch: dict[str, np.ndarray]) -> list[Record]:
+    texts = batch["text"]
+    pairs = batch.get("pair", [None] * len(texts))
+    wheres = batch.get("where", [f"text {i} of its batch" for i in range(len(texts))])
+    records = []
+    for where, text, pair in zip(wheres, texts, pairs, strict=True):
+        if not isinstance(text, str):
+            raise InputError(f"{where}: 'text' is {type(text).__name__}, not a string")
+        records.append(Record(str(where), text, None if pair is None else str(pair)))
+    return records
+
+
+def embed_dataset(
+    dataset,
+    model: str | os.PathLike,
+    *,
+    batch_size: int = 256,
+    actors: int | None = None,
+    cpus_per_actor: float = 1.0,
+    dtype: str = "float32",
+    truncation: bool = False,
+    revision: str | None = None,
+):
+    """The Dataset with each text's embeddings (see Embed), computed by `actors` actors
+    (default: as many as the cluster has CPUs for) of `cpus_per_actor` CPUs each, on batches
+    of `batch_size` texts. Order follows the input where the DataContext preserves it."""
+    ray = _ray()
+    if actors is None:
+        actors = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus_per_actor))
+    return dataset.map_batches(
+        Embed,
+        fn_constructor_kwargs={
+            "model": os.fspath(model),
+            "revision": revision,
+            "truncation": truncation,
+            "dtype": dtype,
+        },
+        batch_size=batch_size,
+        batch_format="numpy",
+        concurrency=actors,
+        num_cpus=cpus_per_actor,
+    )
+
+
+# --- npbert embed --engine ray: the corpus job on Ray actors --------------------------------
+
+
+class EmbedChunks:
+    """The corpus job's actor: each row a chunk of the input (npbert.sources.Chunk) and its
+    shard's name; returns the shard's arrays as one row, the texts back to back."""
+
+    def __init__(self, model, *, revision=None, full=False, truncation=False, dtype="float32"):
+        self.embed = Embed(model, revision=revision, full=full, truncation=truncation, dtype=dtype)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        shards = [self.shard(chunk) for chunk in batch["chunk"]]
+        return {
+            "name": batch["name"],
+            "error": np.array([error for error, _ in shards], dtype=object),
+            **{key: _ragged([shard[key] for _, shard in shards]) for key in COLUMNS},
+        }
+
+    def shard(self, chunk) -> tuple[str, dict]:
+        """("", the shard's arrays), or (the message, empty arrays) for bad input: the error
+        goes back in order with the shards, as data (raised here, Ray would hand the driver
+        a wrapper without the InputError, and its traceback on the terminal)."""
+        from npbert.sources import read_chunk
+        from npbert.stream import shard_arrays
+
+        embed = self.embed
+        try:
+            records = read_chunk(chunk)
+            return "", shard_arrays(embed.embedder, records, embed.truncation, embed.dtype)
+        except InputError as error:
+            width = embed.embedder.weights.config.output_size
+            empty = np.empty(0, np.int64)
+            arrays = {"embeddings": np.empty((0, width), embed.dtype), "lengths": empty}
+            return str(error), {**arrays, "input_ids": empty, "token_type_ids": empty}
+
+
+class RayEngine:
+    """npbert.stream's engine on a Ray cluster. The driver (this process) scans the input
+    into chunks, Ray Data hands them to `workers` actors (EmbedChunks), and the shards come
+    back to the driver in input order (preserve_order), which writes and commits each one as
+    the local job does: one writer, the same files, the same index, the same --resume."""
+
+    def __init__(self, model, *, revision, full, truncation, dtype, workers, address):
+        self.model, self.revision, self.full = os.fspath(model), revision, full
+        self.truncation, self.dtype = truncation, dtype
+        self.workers, self.address = workers, address
+
+    def __call__(self, directory: Path, named):
+        from npbert.stream import write_pending
+
+        ray = _ray(local=self.address is None)
+        items = [{"name": name, "chunk": chunk} for name, chunk in named]
+        if not items:
+            return
+        started = connect(ray, self.address)
+        try:
+            chunks = dict(zip((i["name"] for i in items), (i["chunk"] for i in items), strict=True))
+            for batch in self.dataset(ray, items).iter_batches(batch_size=1, batch_format="numpy"):
+                if batch["error"][0]:
+                    raise InputError(batch["error"][0])
+                name = str(batch["name"][0])
+                arrays = {key: np.asarray(batch[key][0]) for key in COLUMNS}
+                write_pending(directory, name, arrays)
+                yield name, chunks[name], len(arrays["embeddings"])
+        finally:
+            if started:
+                ray.shutdown()
+
+    def dataset(self, ray, items: list[dict]):
+        context = ray.data.DataContext.get_current()
+        context.execution_options.preserve_order = True  # shards must come back in order
+        context.enable_progress_bars = False  # npbert's own bar counts the input
+        cpus = ray.cluster_resources().get("CPU", 1)
+        with warnings.catch_warnings():  # max_restarts will become a named parameter
+            warnings.filterwarnings("ignore", "`ray_remote_args` is deprecated")
+            return self.embedded(ray.data.from_items(items), cpus)
+
+    def embedded(self, dataset, cpus: float):
+        workers = self.workers or max(1, int(cpus))
+        return dataset.map_batches(
+            EmbedChunks,
+            fn_constructor_kwargs={
+                "model": self.model,
+                "revision": self.revision,
+                "full": self.full,
+                "truncation": self.truncation,
+                "dtype": self.dtype,
+            },
+            batch_size=1,
+            batch_format="numpy",
+            concurrency=workers,
+            num_cpus=actor_cpus(cpus, workers),
+            # An actor that dies is not restarted: the run stops, and --resume goes on from
+            # the last shard written. (Restartable actors whose arguments sit in the object
+            # store, as Ray Data's do, make Ray print an error-level warning on every run.)
+            max_restarts=0,
+        )
+
+
+def actor_cpus(cpus: float, workers: int) -> float:
+    """CPUs to reserve per actor: one, unless the actors would then take every CPU. Actors
+    that hold all of a node's CPUs starve Ray Data's own tasks, and the run hangs (two
+    actors of one CPU each on a two-CPU node did); half a CPU is left free."""
+    return min(1.0, int((cpus - 0.5) / workers * 100) / 100) if cpus > 0.5 else 0.01
+
+
+def connect(ray, address: str | None) -> bool:
+    """Join the cluster at `address`, or start one on this machine; False when this process
+    was already connected (then it stays connected)."""
+    import logging
+
+    if ray.is_initialized():
+        return False
+    ray.init(
+        address=address,
+        num_cpus=None if address else len(os.sched_getaffinity(0)),
+        include_dashboard=False,
+        log_to_driver=False,  # the actors' logs stay in the cluster's log files
+        logging_level=logging.ERROR,
+    )
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    return True
+
+
+def embed_corpus_on_ray(
+    model, source, directory, *, revision=None, full=False, address=None, workers=None,
+    input_format=None, shard_bytes=1 << 16, truncation=False, resume=False, dtype="float32",
+    progress=None,
+) -> dict:  # fmt: skip
+    """npbert.stream.embed_corpus on a Ray cluster (`address`, or one started here) with
+    `workers` actors: the same shards, index and --resume. Returns the index."""
+    from npbert.model import load_weights
+    from npbert.stream import corpus_settings, run_job
+
+    weights = load_weights(model, revision=revision, full=full)  # for the index's settings
+    settings = corpus_settings(weights, source, input_format, shard_bytes, truncation, dtype)
+    engine = RayEngine(
+        model, revision=revision, full=full, truncation=truncation, dtype=dtype,
+        workers=workers, address=address,
+    )  # fmt: skip
+    return run_job(settings, directory, engine, resume=resume, progress=progress)

@@ -1,0 +1,356 @@
+"""The corpus job's input: texts from .txt, .jsonl and Parquet files, a directory of them, or
+standard input, cut into chunks (one chunk makes one shard), with what identifies the input.
+
+    .txt      one text a line (\\n or \\r\\n); an empty line is an empty text
+    .jsonl    one JSON object a line: a string "text" and an optional string "pair"
+    .parquet  a string column "text" and an optional "pair" (needs pyarrow)
+    DIR       its .txt, .jsonl and .parquet files in name order, one after another
+
+A chunk is about `shard_bytes` of input that ends at a line end (the first at or after
+shard_bytes), or the Parquet rows whose texts make that much, and never spans two files:
+where chunks end depends on the input alone, so a resumed run cuts the rest of the input
+as a fresh one would. The main process only reads, hashes and cuts; the records are parsed
+where the chunk is embedded (a worker process, a Ray actor), which reads the chunk's byte or
+row range again and checks it against the chunk's sha256.
+
+What identifies the input consumed so far (stored in the index after every shard): the count
+of texts and of bytes, and the sha256 of those bytes: each line with its line end, or for
+Parquet each row as the JSON [text, pair] and a newline. --resume reads that much of the
+input again and refuses to continue if it differs; what follows it is embedded, so a file
+that grew is continued and an edited one refused.
+"""
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from npbert.errors import InputError
+
+FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
+BLOCK = 1 << 20  # bytes read at a time while checking a prefix
+
+
+@dataclass(frozen=True)
+class Record:
+    """One text of the corpus, with where it came from for error messages."""
+
+    where: str  # "corpus.jsonl line 17", "part-0.parquet row 3"
+    text: str
+    pair: str | None = None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The input of one shard: a byte range of a text file (lines), or a row range of a
+    Parquet file; `data` holds the bytes themselves where they cannot be read again (stdin)."""
+
+    path: str  # "-" for standard input
+    format: str  # txt, jsonl or parquet
+    first: int  # the line (1-based) or row (0-based) number of its first text
+    start: int  # byte or row offset in the file
+    stop: int
+    texts: int
+    sha256: str  # of the chunk's own bytes (lines) or rows, to check the range read again
+    consumed: dict  # texts, bytes, sha256 of the input from its start through this chunk
+    size: int  # bytes of the input file it stands for, for the progress bar
+    data: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        return "stdin" if self.path == "-" else Path(self.path).name
+
+
+def input_files(source: str | os.PathLike, input_format: str | None) -> list[tuple[str, str]]:
+    """(path, format) of every file of the input, in order: a file, "-", or a directory."""
+    source = os.fspath(source)
+    if source == "-":
+        if input_format == "parquet":
+            raise InputError("--input -: standard input takes txt or jsonl, not Parquet")
+        return [("-", input_format or "txt")]
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in FORMATS and p.name[0] != ".")
+        if not files:
+            raise InputError(f"--input {source}: a directory with no .txt, .jsonl or .parquet file")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise InputError(f"--input {source}: No such file or directory")
+    return [(str(p), input_format or FORMATS.get(p.suffix, "txt")) for p in files]
+
+
+def total_size(files: list[tuple[str, str]]) -> int | None:
+    """Bytes of every input file (the progress bar's total); None for standard input."""
+    if any(path == "-" for path, _ in files):
+        return None
+    return sum(os.path.getsize(path) for path, _ in files)
+
+
+class Consumed:
+    """A running count and sha256 of the input consumed: what identifies it in the index."""
+
+    def __init__(self):
+        self.texts, self.bytes, self.hash = 0, 0, hashlib.sha256()
+
+    def add(self, data: bytes, texts: int) -> None:
+        self.texts += texts
+        self.bytes += len(data)
+        self.hash.update(data)
+
+    def state(self) -> dict:
+        return {"texts": self.texts, "bytes": self.bytes, "sha256": self.hash.hexdigest()}
+
+
+class Prefix:
+    """With --resume, what the shards already hold: that many bytes of input are read and
+    hashed, not cut into chunks, and must hash as they did."""
+
+    def __init__(self, done: dict | None):
+        self.done = done
+        self.left = done["bytes"] if done else 0
+
+    def check(self, consumed: Consumed) -> None:
+        """At the end of the prefix (or of the input): the same bytes as before, else refuse."""
+        same = ("bytes", "sha256")
+        if self.done is not None and any(consumed.state()[k] != self.done[k] for k in same):
+            raise InputError(
+                f"--resume: the input has changed since its first {self.done['texts']:,} texts "
+                f"({self.done['bytes']:,} bytes) were embedded: they differ now, so the "
+                "shards no longer match it; start again in a new directory"
+            )
+        self.done = None
+
+
+def chunks(files: list[tuple[str, str]], shard_bytes: int, done: dict | None = None):
+    """The input's chunks in order, after the `done` ones (an index's "consumed" state),
+    which must still be what they were."""
+    consumed, prefix = Consumed(), Prefix(done)
+    if prefix.left == 0:
+        prefix.check(consumed)
+    for path, input_format in files:
+        if input_format == "parquet":
+            yield from _parquet_chunks(path, shard_bytes, consumed, prefix)
+        else:
+            yield from _line_chunks(path, input_format, shard_bytes, consumed, prefix)
+    prefix.check(consumed)  # the input ended inside the prefix
+
+
+def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefix):
+    """Chunks of a text file: `shard_bytes` read, then on to the end of the line."""
+    with _open(path) as stream:
+        line, offset = _skip_lines(path, stream, consumed, prefix)
+        while data := stream.read(shard_bytes):
+            if not data.endswith(b"\n"):
+                data += stream.readline()
+            texts = data.count(b"\n") + (not data.endswith(b"\n"))
+            consumed.add(data, texts)
+            yield Chunk(
+                path, input_format, line, offset, offset + len(data), texts,
+                hashlib.sha256(data).hexdigest(), consumed.state(), len(data),
+                data if path == "-" else None,
+            )  # fmt: skip
+            line, offset = line + texts, offset + len(data)
+
+
+def _open(path: str):
+    if path == "-":
+        return open(sys.stdin.fileno(), "rb", closefd=False)
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        raise InputError(f"--input {path}: {error.strerror}") from None
+
+
+def _skip_lines(path: str, stream, consumed: Consumed, prefix: Prefix) -> tuple[int, int]:
+    """Read and hash the prefix's bytes in this file; (next line number, byte offset)."""
+    lines = offset = 0
+    last = b"\n"
+    while prefix.left and (data := stream.read(min(BLOCK, prefix.left))):
+        lines += data.count(b"\n")
+        offset, last = offset + len(data), data[-1:]
+        consumed.add(data, data.count(b"\n"))
+        prefix.left -= len(data)
+    if offset and prefix.left == 0:
+        prefix.check(consumed)
+    if offset and last != b"\n":  # the prefix ended inside a line: the line's text counted
+        consumed.texts += 1
+        if stream.peek(1):
+            name = "stdin" if path == "-" else Path(path).name
+            raise InputError(
+                f"--resume: {name} line {lines + 1} has changed since it was embedded (it "
+                "went on past where it ended then); start again in a new directory"
+            )
+        lines += 1
+    return lines + 1, offset
+
+
+def _pyarrow_parquet():
+    try:
+        import pyarrow.parquet
+    except ImportError:
+        raise InputError(
+            "reading Parquet needs pyarrow: pip install pyarrow (npbert[ray] brings it)"
+        ) from None
+    return pyarrow.parquet
+
+
+def _parquet_file(path: str):
+    """The file and its columns to read: text, and pair if it has one."""
+    pq = _pyarrow_parquet()
+    try:
+        file = pq.ParquetFile(path)
+    except (OSError, ValueError) as error:  # pyarrow.ArrowInvalid is a ValueError
+        raise InputError(
+            f"--input {Path(path).name}: not a readable Parquet file ({error})"
+        ) from None
+    schema = file.schema_arrow
+    if "text" not in schema.names:
+        raise InputError(
+            f"{Path(path).name} has no 'text' column (its columns: {', '.join(schema.names)})"
+        )
+    columns = [name for name in ("text", "pair") if name in schema.names]
+    for name in columns:
+        kind = str(schema.field(name).type)
+        if kind not in ("string", "large_string", "string_view"):
+            raise InputError(f"{Path(path).name}: column '{name}' holds {kind}, not strings")
+    return file, columns
+
+
+def _parquet_rows(file, columns: list[str], groups=None) -> Iterator[tuple]:
+    """(text, pair) of each row, pair None without a pair column."""
+    batches = (
+        file.iter_batches(columns=columns, batch_size=4096)
+        if groups is None
+        else file.iter_batches(columns=columns, batch_size=4096, row_groups=groups)
+    )
+    for batch in batches:
+        texts = batch.column(0).to_pylist()
+        pairs = batch.column(1).to_pylist() if len(columns) > 1 else [None] * len(texts)
+        yield from zip(texts, pairs, strict=True)
+
+
+def row_bytes(text, pair) -> bytes:
+    """What a Parquet row adds to the input's hash: the JSON [text, pair] and a newline."""
+    return json.dumps([text, pair], ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+
+
+def _parquet_chunks(path: str, shard_bytes: int, consumed: Consumed, prefix: Prefix):
+    """Chunks of a Parquet file: rows whose JSON makes about shard_bytes."""
+    file, columns = _parquet_file(path)
+    rows_total, size = file.metadata.num_rows, os.path.getsize(path)
+    start, pending, pending_bytes = 0, [], 0
+    for row, (text, pair) in enumerate(_parquet_rows(file, columns)):
+        data = row_bytes(text, pair)
+        if prefix.left > 0:
+            consumed.add(data, 1)
+            prefix.left -= len(data)
+            start = row + 1
+            if prefix.left <= 0:
+                prefix.check(consumed)
+            continue
+        pending.append(data)
+        pending_bytes += len(data)
+        if pending_bytes >= shard_bytes or row + 1 == rows_total:
+            data = b"".join(pending)
+            consumed.add(data, len(pending))
+            share = size * len(pending) // max(rows_total, 1)
+            yield Chunk(
+                path, "parquet", start, start, row + 1, len(pending),
+                hashlib.sha256(data).hexdigest(), consumed.state(), share,
+            )  # fmt: skip
+            start, pending, pending_bytes = row + 1, [], 0
+
+
+# --- where a chunk is embedded: its records -----------------------------------------------
+
+
+def read_chunk(chunk: Chunk) -> list[Record]:
+    """The chunk's records, read again from the file and checked against what was hashed."""
+    if chunk.format == "parquet":
+        return _parquet_records(chunk)
+    data = chunk.data if chunk.data is not None else _read_range(chunk)
+    if hashlib.sha256(data).hexdigest() != chunk.sha256:
+        raise InputError(f"{chunk.name} changed while it was being embedded; run again")
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    return [
+        _record(chunk, chunk.first + i, line.removesuffix(b"\r")) for i, line in enumerate(lines)
+    ]
+
+
+def _read_range(chunk: Chunk) -> bytes:
+    try:
+        with open(chunk.path, "rb") as f:
+            f.seek(chunk.start)
+            return f.read(chunk.stop - chunk.start)
+    except OSError as error:
+        raise InputError(f"--input {chunk.path}: {error.strerror}") from None
+
+
+def _record(chunk: Chunk, number: int, line: bytes) -> Record:
+    where = f"{chunk.name} line {number}"
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(
+            f"{where}: not UTF-8 text ({error.reason} at byte {error.start} of the line)"
+        ) from None
+    return _jsonl(where, text) if chunk.format == "jsonl" else Record(where, text)
+
+
+def _jsonl(where: str, line: str) -> Record:
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{where}: not valid JSON ({error.msg})") from None
+    except RecursionError:
+        raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
+    if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+        raise InputError(f"{where}: expected an object with a string 'text' field")
+    pair = item.get("pair")
+    if pair is not None and not isinstance(pair, str):
+        raise InputError(f"{where}: 'pair' must be a string")
+    for field in ("text", "pair"):
+        _check_unicode(where, field, item.get(field))
+    return Record(where, item["text"], pair)
+
+
+def _check_unicode(where: str, field: str, value: str | None) -> None:
+    """JSON can escape half a surrogate pair (\\ud800), which is no character at all."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InputError(
+            f"{where}: '{field}' is not valid Unicode ({error.reason} at character {error.start})"
+        ) from None
+
+
+def _parquet_records(chunk: Chunk) -> list[Record]:
+    """Rows [start, stop) of a Parquet file, read through the row groups that hold them."""
+    file, columns = _parquet_file(chunk.path)
+    groups, first = [], 0  # the row groups overlapping the range; the row the first begins
+    row = 0
+    for group in range(file.metadata.num_row_groups):
+        rows = file.metadata.row_group(group).num_rows
+        if row < chunk.stop and row + rows > chunk.start:
+            first = row if not groups else first
+            groups.append(group)
+        row += rows
+    rows = list(_parquet_rows(file, columns, groups))[chunk.start - first : chunk.stop - first]
+    data = b"".join(row_bytes(text, pair) for text, pair in rows)
+    if hashlib.sha256(data).hexdigest() != chunk.sha256:
+        raise InputError(f"{chunk.name} changed while it was being embedded; run again")
+    records = []
+    for number, (text, pair) in enumerate(rows, start=chunk.first):
+        where = f"{chunk.name} row {number}"
+        if text is None:
+            raise InputError(f"{where}: 'text' is null")
+        records.append(Record(where, text, pair))
+    return records

