@@ -50,8 +50,8 @@ def as_id_array(name: str, ids) -> np.ndarray:
 
 def check_range(name: str, ids: np.ndarray, table: str, rows: int) -> np.ndarray:
     """Every id in [0, rows), else InputError naming the first one that is not."""
-    bad = (ids < 0) | (ids >= rows)
-    if bad.any():
+    if ids.min() < 0 or ids.max() >= rows:  # two passes, and nothing allocated, when all are
+        bad = (ids < 0) | (ids >= rows)
         index = tuple(np.argwhere(bad)[0])
         value = int(ids[index])
         why = " (NumPy would silently wrap it to a row from the end)" if value < 0 else ""
