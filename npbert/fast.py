@@ -36,7 +36,11 @@ import numpy as np
 
 from npbert.errors import InputError
 
-BLOCK = 128  # tokens per block: with its tiles, a block stays in a 1 MiB L2 (bert-base)
+# Tokens per block, as measured on bert-base (scripts/bench.py): on one thread, a block and
+# its tiles stay in a 1 MiB L2; on several, longer NumPy calls mean fewer hand-offs of the
+# GIL between the threads (blocks of 64 on two threads ran 1.7x slower than blocks of 256).
+BLOCK = 256
+ONE_THREAD_BLOCK = 64
 CPUS = os.cpu_count() or 1
 PAGE = 4096  # bytes
 
@@ -46,7 +50,8 @@ def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     config = weights.config
     input_ids = np.atleast_2d(inputs.input_ids)  # (B, L)
     batch, length = input_ids.shape
-    plan = Plan.make(weights, inputs, batch, length)
+    threads = threads or CPUS
+    plan = Plan.make(weights, inputs, batch, length, ONE_THREAD_BLOCK if threads == 1 else BLOCK)
     out = empty((batch * length, config.output_size), plan.words)  # (B * L, E)
     run(plan.work(out, input_ids.reshape(-1)), plan.blocks, threads)
     note_tokens(weights, batch * length)
@@ -70,13 +75,14 @@ class Plan:
     affine: tuple  # LayerNorm's gamma and beta (or None), each tiled to (BLOCK, E)
     blocks: list  # (start, stop) ranges of the flattened tokens
     length: int  # L
+    block: int  # tokens in a block, at most
 
     @classmethod
-    def make(cls, weights, inputs, batch: int, length: int) -> "Plan":
+    def make(cls, weights, inputs, batch: int, length: int, block: int) -> "Plan":
         inside = weights.config.projection == "inside"  # DeBERTa: center after projecting
         added, rows = added_rows(weights, inputs, batch, length, centered=not inside)
-        blocks = plan_blocks(batch, length)
-        tile = None if rows is None else added_tile(added, rows, batch, length)
+        blocks = plan_blocks(batch, length, block)
+        tile = None if rows is None else added_tile(added, rows, batch, length, block)
         words = None if inside else centered_words(weights)
         mask = None
         if inputs.attention_mask is not None and weights.config.family.masks_padding:
@@ -92,6 +98,7 @@ class Plan:
             affine_tiles(weights),
             blocks,
             length,
+            block,
         )
 
     def work(self, out: np.ndarray, input_ids: np.ndarray):
@@ -103,8 +110,8 @@ class Plan:
         eps = np.float32(weights.config.layer_norm_eps)
 
         def work(share) -> None:
-            scratch = np.empty((2, BLOCK, width), np.float32)
-            stats = np.empty(BLOCK, np.float32)
+            scratch = np.empty((2, self.block, width), np.float32)
+            stats = np.empty(self.block, np.float32)
             for start, stop in share:
                 n = stop - start
                 x = scratch[0, :n] if inside else out[start:stop]  # (n, E)
@@ -127,14 +134,14 @@ class Plan:
             return
         n = stop - start
         if self.tile is not None:
-            offset = start % self.length  # 0 but in the pieces of a sequence past BLOCK
+            offset = start % self.length  # 0 but in the pieces of a sequence past a block
             x += self.tile[offset : offset + n]
         else:
             rows = np.take(self.added, self.rows[start:stop], 0, scratch[:n], "clip")
             x += rows
 
 
-def added_tile(added: np.ndarray, rows: np.ndarray, batch: int, length: int):
+def added_tile(added: np.ndarray, rows: np.ndarray, batch: int, length: int, block: int):
     """The rows every block adds, when every sequence adds the same ones (a batch of single
     sentences, or of pairs split alike): a slice of `added` for one sequence whose rows follow
     each other (one token type, positions 0..L-1), else those rows repeated for a block of
@@ -143,7 +150,7 @@ def added_tile(added: np.ndarray, rows: np.ndarray, batch: int, length: int):
     if batch == 1 and np.array_equal(first, np.arange(first[0], first[0] + length)):
         return added[first[0] : first[0] + length]
     if batch > 1 and (rows.reshape(batch, length) == first).all():
-        return np.take(added, np.tile(first, max(1, BLOCK // length)), 0)
+        return np.take(added, np.tile(first, max(1, block // length)), 0)
     return None
 
 
@@ -165,8 +172,8 @@ def normalize(x: np.ndarray, eps, gamma: np.ndarray, beta, stats: np.ndarray) ->
     scale = np.vecdot(x, x, out=stats)  # (n,) sums of squares
     scale /= np.float32(x.shape[-1])  # variance
     scale += eps
-    np.divide(np.float32(1), np.sqrt(scale, out=scale), out=scale)  # 1 / std
-    x *= scale[:, None]  # normalized
+    x /= np.sqrt(scale, out=scale)[:, None]  # normalized: dividing rounds once, where
+    # multiplying by 1 / std rounds twice (median float32 ULPs from float64: 0.64 against 0.59)
     x *= gamma[:n]
     if beta is not None:
         x += beta[:n]
@@ -294,25 +301,25 @@ def precompute(weights) -> None:
 # --- blocks and threads -------------------------------------------------------------------
 
 
-def plan_blocks(batch: int, length: int) -> list[tuple[int, int]]:
+def plan_blocks(batch: int, length: int, block: int) -> list[tuple[int, int]]:
     """Blocks as (start, stop) ranges of the batch's B * L tokens in order: as many whole
-    sequences as fit in BLOCK tokens, or BLOCK-token pieces of a sequence longer than that."""
-    if length > BLOCK:
+    sequences as fit in `block` tokens, or pieces of that many of a longer sequence."""
+    if length > block:
         return [
-            (r * length + c, r * length + min(c + BLOCK, length))
+            (r * length + c, r * length + min(c + block, length))
             for r in range(batch)
-            for c in range(0, length, BLOCK)
+            for c in range(0, length, block)
         ]
-    step = min(BLOCK // length, batch) * length
+    step = min(block // length, batch) * length
     return [(s, min(s + step, batch * length)) for s in range(0, batch * length, step)]
 
 
-def run(work, ranges: list, threads: int | None) -> None:
-    """work(share) on `threads` threads (default: every core), all taking ranges from one
+def run(work, ranges: list, threads: int) -> None:
+    """work(share) on up to `threads` threads, all taking ranges from one
     shared iterator, so a core slowed by something else holds up no share of fixed size.
     NumPy releases the GIL inside take, the ufuncs and vecdot. (next() on a list iterator is
     atomic under the GIL.)"""
-    threads = min(threads or CPUS, len(ranges))
+    threads = min(threads, len(ranges))
     share = iter(ranges)
     if threads == 1:
         work(share)
