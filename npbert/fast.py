@@ -109,16 +109,21 @@ class Plan:
         width = self.words.shape[1]
         eps = np.float32(weights.config.layer_norm_eps)
 
+        size = max(stop - start for start, stop in self.blocks)  # tokens in the largest block
+        gathers = self.added is not None and self.tile is None  # added rows gathered per block
+
         def work(share) -> None:
-            scratch = np.empty((2, self.block, width), np.float32)
-            stats = np.empty(self.block, np.float32)
+            # Scratch only where a block needs it: a call that allocates a few MB it does not
+            # use pays for mmap and munmap (glibc's default above 128 KiB), 20 us a call.
+            scratch = np.empty((inside + gathers, size, width), np.float32)
+            stats = np.empty(size, np.float32)
             for start, stop in share:
                 n = stop - start
-                x = scratch[0, :n] if inside else out[start:stop]  # (n, E)
+                x = scratch[-1, :n] if inside else out[start:stop]  # (n, E)
                 np.take(self.words, input_ids[start:stop], 0, x, "clip")
                 if not (self.centered or inside):
                     center(x, weights.config.word_scale, stats[:n])
-                self.add(x, start, stop, scratch[1])
+                self.add(x, start, stop, scratch)
                 if inside:
                     np.matmul(x, weights.projection_weight.T, out=out[start:stop])  # (n, H)
                     center(out[start:stop], 1.0, stats[:n])
@@ -129,7 +134,7 @@ class Plan:
         return work
 
     def add(self, x: np.ndarray, start: int, stop: int, scratch: np.ndarray) -> None:
-        """x += the block's token-type and position rows."""
+        """x += the block's token-type and position rows (gathered into scratch[0])."""
         if self.added is None:
             return
         n = stop - start
@@ -137,7 +142,7 @@ class Plan:
             offset = start % self.length  # 0 but in the pieces of a sequence past a block
             x += self.tile[offset : offset + n]
         else:
-            rows = np.take(self.added, self.rows[start:stop], 0, scratch[:n], "clip")
+            rows = np.take(self.added, self.rows[start:stop], 0, scratch[0, :n], "clip")
             x += rows
 
 
