@@ -207,8 +207,11 @@ def _weights_size(directory: Path) -> int:
     single = directory / WEIGHTS_FILE
     if single.is_file():
         with safe_open(single, framework="numpy") as f:
-            recorded = (f.metadata() or {}).get("npbert.full_bytes")
-        return int(recorded) if recorded else single.stat().st_size
+            recorded = (f.metadata() or {}).get("npbert", "{}")
+        try:
+            return int(json.loads(recorded)["full_bytes"])
+        except (ValueError, TypeError, KeyError):  # a file npbert did not cut: its own size
+            return single.stat().st_size
     shards = set(json.loads((directory / INDEX_FILE).read_text())["weight_map"].values())
     return sum((directory / s).stat().st_size for s in shards if (directory / s).is_file())
 
@@ -445,13 +448,11 @@ def _serialize(tensors, remotes, weight_map, path: Path, repo_id, commit, full_s
             data_ptr=data.ctypes.data,
             data_len=data.nbytes,
         )
-    metadata = {
-        "format": "pt",
-        "npbert.repo": repo_id,
-        "npbert.commit": commit,
-        "npbert.files": ",".join(remotes),
-        "npbert.full_bytes": str(full_size),
-    }
+    # One metadata entry, its JSON with sorted keys: safetensors writes the metadata from a
+    # hash map, in an order that changes from run to run, and the same commit must give the
+    # same file (npbert vectors records its sha256).
+    record = {"repo": repo_id, "commit": commit, "files": list(remotes), "full_bytes": full_size}
+    metadata = {"npbert": json.dumps(record, sort_keys=True)}
     try:
         serialize_file(specs, path, metadata=metadata)
     except SafetensorError as error:  # safetensors reports the OS's error (a full disk) in it

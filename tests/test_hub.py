@@ -5,6 +5,7 @@ HF_HOME at a fresh directory, as a user would run it. Each run is bounded in tim
 and so is every fault the server injects (fake_hub.HOLD).
 """
 
+import hashlib
 import json
 import os
 import re
@@ -202,6 +203,22 @@ def test_a_fetch_takes_exactly_the_tensors_the_family_reads(hub, tmp_path, famil
     assert fetched.config == local.config
     for name, array in local.arrays.items():
         np.testing.assert_array_equal(fetched.arrays[name], array, err_msg=name)
+
+
+def test_the_same_commit_gives_the_same_file_and_vectors(hub, tmp_path):
+    # The cached file is written by npbert: its bytes, and the sha256 that `npbert vectors`
+    # records, must not change from one fetch to the next (item 12).
+    digests, manifests = set(), []
+    for home in ("a", "b", "c"):
+        env = {"HF_HOME": str(tmp_path / home)}
+        result = hub.run("fetch", "test/tiny", "--quiet", **env)
+        assert result.returncode == 0, result.stderr
+        cached = Path(result.stdout.strip().splitlines()[-1]) / "model.safetensors"
+        digests.add(hashlib.sha256(cached.read_bytes()).hexdigest())
+        out = tmp_path / f"vectors-{home}"
+        assert hub.run("vectors", "--model", "test/tiny", "--out", out, **env).returncode == 0
+        manifests.append(json.loads((out / "manifest.json").read_text())["weights_sha256"])
+    assert len(digests) == 1 and manifests[0] == manifests[1] == manifests[2]
 
 
 def local_tensors(directory):
