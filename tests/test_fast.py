@@ -151,3 +151,53 @@ def test_the_centered_table_is_made_once_it_pays():
 def test_centered_table_modes_are_checked(models):
     with pytest.raises(npbert.InputError, match="mode must be"):
         fast.centered_table(models["tiny"], "sometimes")
+
+
+def modified_tiny(tmp_path, change):
+    """tiny-bert with change(tensors) applied to its tensors (bert-base-uncased's names)."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(TINY / "model.safetensors"))
+    change(tensors)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    for name in ("config.json", "vocab.txt"):
+        shutil.copy(TINY / name, tmp_path / name)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "bert"
+    return npbert.load_weights(tmp_path)
+
+
+def test_a_gamma_with_a_zero_is_applied_apart(tmp_path):
+    def zero(tensors):
+        tensors["bert.embeddings.LayerNorm.gamma"][[0, 7]] = 0.0
+
+    weights = modified_tiny(tmp_path, zero)
+    ids = np.random.default_rng(5).integers(0, weights.config.vocab_size, (3, 40))
+    fast_out = npbert.embed(weights, ids)
+    np.testing.assert_allclose(
+        fast_out, npbert.embed_stages(weights, ids)["embeddings"], rtol=0, atol=FAST_TOLERANCE
+    )
+    assert (fast_out[..., [0, 7]] == weights.layer_norm_bias[[0, 7]]).all()
+
+
+def test_rows_that_cancel_get_their_variance_from_the_row(tmp_path):
+    # A word row made nearly the opposite of position 1's row (with token type 0): there,
+    # |xc|^2 is a tiny difference of two large squares, and assembling it from them would
+    # lose most of its digits (max |diff| from float64 6.5e-05 without the direct variance).
+    # float32 itself loses some in the sum: the bound is twice the specification's own error.
+    def opposite(tensors):
+        rows = tensors["bert.embeddings.token_type_embeddings.weight"][0]
+        rows = rows + tensors["bert.embeddings.position_embeddings.weight"][1]
+        noise = np.random.default_rng(0).normal(0, 1e-3, rows.shape).astype(np.float32)
+        tensors["bert.embeddings.word_embeddings.weight"][5] = -rows + noise
+
+    weights = modified_tiny(tmp_path, opposite)
+    for mode in ("never", "always"):  # rows made as looked up, and from the table
+        fast.centered_table(weights, mode)
+        ids = np.array([[2, 5, 6, 3], [2, 6, 5, 3]])
+        reference = npbert.embed(weights, ids, dtype=np.float64)
+        readable = np.abs(npbert.embed_stages(weights, ids)["embeddings"] - reference).max()
+        error = np.abs(npbert.embed(weights, ids) - reference).max()
+        assert error <= max(FAST_TOLERANCE, 2 * readable), (error, readable)
