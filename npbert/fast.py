@@ -147,13 +147,10 @@ class Plan:
 
 
 def added_tile(added: np.ndarray, rows: np.ndarray, batch: int, length: int, block: int):
-    """The rows every block adds, when every sequence adds the same ones (a batch of single
-    sentences, or of pairs split alike): a slice of `added` for one sequence whose rows follow
-    each other (one token type, positions 0..L-1), else those rows repeated for a block of
-    whole sequences. None when sequences differ: then each block gathers its own."""
+    """The rows every block adds, when the batch's sequences all add the same ones (single
+    sentences, or pairs split alike), repeated for a block of whole sequences. None for one
+    sequence, or sequences that differ: then each block gathers its own."""
     first = rows[:length]
-    if batch == 1 and np.array_equal(first, np.arange(first[0], first[0] + length)):
-        return added[first[0] : first[0] + length]
     if batch > 1 and (rows.reshape(batch, length) == first).all():
         return np.take(added, np.tile(first, max(1, block // length)), 0)
     return None
@@ -309,6 +306,8 @@ def precompute(weights) -> None:
 def plan_blocks(batch: int, length: int, block: int) -> list[tuple[int, int]]:
     """Blocks as (start, stop) ranges of the batch's B * L tokens in order: as many whole
     sequences as fit in `block` tokens, or pieces of that many of a longer sequence."""
+    if batch * length <= block:
+        return [(0, batch * length)]
     if length > block:
         return [
             (r * length + c, r * length + min(c + block, length))

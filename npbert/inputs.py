@@ -50,7 +50,9 @@ def as_id_array(name: str, ids) -> np.ndarray:
 
 def check_range(name: str, ids: np.ndarray, table: str, rows: int) -> np.ndarray:
     """Every id in [0, rows), else InputError naming the first one that is not."""
-    if ids.min() < 0 or ids.max() >= rows:  # two passes, and nothing allocated, when all are
+    # One pass: seen as unsigned, a negative id is past every table (-1 is 2**64 - 1).
+    unsigned = ids if ids.dtype.kind == "u" else ids.astype(np.intp, copy=False).view(np.uintp)
+    if unsigned.max() >= rows:
         bad = (ids < 0) | (ids >= rows)
         index = tuple(np.argwhere(bad)[0])
         value = int(ids[index])
