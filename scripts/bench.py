@@ -250,7 +250,7 @@ def torch_module(weights):
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent.
 PEAK_RSS = """
 import sys, numpy as np, npbert
-from huggingface_hub import parse_local_safetensors_file_metadata  # what loading imports
+import npbert.hub, safetensors  # what loading a directory imports
 if sys.argv[2] != "imports":
     weights = npbert.load_weights(sys.argv[1])
 if sys.argv[2] == "embed":
