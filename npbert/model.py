@@ -134,10 +134,8 @@ def embed(
     if threads is not None and threads < 1:
         raise InputError(f"threads must be at least 1, got {threads}")
     if float_dtype(dtype) != np.float32:
-        stages = embed_stages(
-            weights, input_ids, token_type_ids, position_ids, attention_mask,
-            dtype=dtype, project=project,
-        )  # fmt: skip
+        arguments = (weights, input_ids, token_type_ids, position_ids, attention_mask)
+        stages = embed_stages(*arguments, dtype=dtype, project=project)
         return stages.get("projected", stages["embeddings"])
     inputs = prepare_inputs(weights.config, input_ids, token_type_ids, position_ids, attention_mask)
     return fast.embed(weights, inputs, project=project, threads=threads)

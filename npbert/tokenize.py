@@ -105,8 +105,9 @@ class Tokenizer:
         lengths = [len(encoding.ids) for encoding in encodings]
         longest = max(lengths)
         if min(lengths) < longest and self.pad_token_id is None:
-            raise InputError("texts of different lengths need padding, and the tokenizer has "
-                             "no pad token")  # fmt: skip
+            raise InputError(
+                "texts of different lengths need padding, and the tokenizer has no pad token"
+            )
         shape = (len(encodings), longest)
         input_ids = np.full(shape, self.pad_token_id or 0, np.int64)
         token_type_ids = np.zeros(shape, np.int64)
@@ -149,8 +150,10 @@ def load_tokenizer(
         try:
             tokenizer = Library.from_file(str(tokenizer_json))
         except TokenizersError as error:
-            raise InputError(f"{tokenizer_json} is not a tokenizer the tokenizers library reads: "
-                             f"{str(error).splitlines()[0]}") from None  # fmt: skip
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise InputError(
+                f"{tokenizer_json} is not a tokenizer the tokenizers library reads: {first}"
+            ) from None
     elif vocab.is_file() and vocab_txt:
         source = vocab
         tokenizer = _wordpiece(vocab, _lowercase(settings, directory))
