@@ -325,10 +325,10 @@ def run(work, ranges: list, threads: int) -> None:
     atomic under the GIL.)"""
     threads = min(threads, len(ranges))
     share = iter(ranges)
-    if threads == 1:
-        work(share)
-        return
-    list(thread_pool(threads).map(work, [share] * threads))
+    helpers = [thread_pool(threads - 1).submit(work, share) for _ in range(threads - 1)]
+    work(share)  # this thread works too: one hand-off fewer than waiting for the pool
+    for helper in helpers:
+        helper.result()
 
 
 _pools: dict[int, ThreadPoolExecutor] = {}
