@@ -24,6 +24,14 @@ class Inputs:
     attention_mask: np.ndarray | None  # (B, L) of 0 and 1; None: every token is real
 
 
+def check_count(name: str, value) -> int:
+    """A whole number of at least 1 (not a bool, not 1.0), as threads, workers, batch sizes
+    and lengths are, or InputError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a whole number of at least 1, got {value!r}")
+    return value
+
+
 def _where(name: str, index: tuple) -> str:
     return f"{name}[{', '.join(str(int(i)) for i in index)}]"
 

@@ -8,7 +8,7 @@ import numpy as np
 from npbert import fast
 from npbert.checkpoint import EmbeddingWeights, load_checkpoint
 from npbert.errors import InputError
-from npbert.inputs import prepare_inputs
+from npbert.inputs import check_count, prepare_inputs
 
 
 def resolve(
@@ -129,10 +129,8 @@ def embed(
     float64 from the stored weights: the exact reference.
     """
     _check_weights(weights)
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
-        raise InputError(f"threads must be a whole number, got {threads!r}")
-    if threads is not None and threads < 1:
-        raise InputError(f"threads must be at least 1, got {threads}")
+    if threads is not None:
+        check_count("threads", threads)
     if float_dtype(dtype) != np.float32:
         arguments = (weights, input_ids, token_type_ids, position_ids, attention_mask)
         stages = embed_stages(*arguments, dtype=dtype, project=project)
@@ -289,7 +287,7 @@ class Embedder:
             raise InputError(
                 "embed_each takes lists of texts (and pairs); embed one with embedder(text)"
             )
-        _count("batch_size", batch_size)
+        check_count("batch_size", batch_size)
         encodings = self._tokenize(_listed(texts), _listed(pairs), truncation, max_length)
         order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
         outputs: list = [None] * len(encodings)
@@ -307,7 +305,7 @@ class Embedder:
         """tokenizers Encodings, unpadded, each within the call's limit on tokens."""
         limit = self.weights.config.max_length
         if max_length is not None:
-            _count("max_length", max_length)
+            check_count("max_length", max_length)
             limit = max_length if limit is None else min(max_length, limit)
         return self.tokenizer.encode_batch(texts, pairs, max_length=limit, truncation=truncation)
 
@@ -325,12 +323,6 @@ class Embedder:
                 "tokenizer and the checkpoint disagree"
             )
         return padded
-
-
-def _count(name: str, value) -> None:
-    """A whole number of at least 1 (not a bool, not 1.0), or InputError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{name} must be a whole number of at least 1, got {value!r}")
 
 
 def _listed(values) -> list | None:

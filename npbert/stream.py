@@ -34,6 +34,7 @@ import numpy as np
 from npbert import fast
 from npbert.atomic import write_atomically
 from npbert.errors import InputError
+from npbert.inputs import check_count
 from npbert.model import Embedder
 from npbert.progress import Progress
 from npbert.ragged import embed_encodings
@@ -58,8 +59,7 @@ def corpus_settings(weights, source, input_format, shard_bytes, truncation, dtyp
     """What must be the same for --resume to continue a run."""
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes < 1:
-        raise InputError(f"shard_bytes must be a whole number of at least 1, got {shard_bytes!r}")
+    check_count("shard_bytes", shard_bytes)
     return {
         "format": FORMAT,
         "model": weights.source,
@@ -242,10 +242,8 @@ class LocalEngine:
     thread, each writing its shards' files; at most two chunks per worker in flight."""
 
     def __init__(self, embedder: Embedder, *, workers: int | None, truncation: bool, dtype):
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
-            raise InputError(f"workers must be a whole number, got {workers!r}")
-        if workers is not None and workers < 1:
-            raise InputError(f"workers must be at least 1, got {workers}")
+        if workers is not None:
+            check_count("workers", workers)
         self.embedder, self.truncation, self.dtype = embedder, truncation, dtype
         self.workers = workers or len(os.sched_getaffinity(0))
 
