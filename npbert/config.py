@@ -92,9 +92,10 @@ def identify(raw: dict, tensor_names, where: str) -> str:
             f"{', '.join(sorted(FAMILIES))}"
         )
     family = FAMILIES[model_type]
-    for key, (value, why) in family.refuse.items():
-        if key in raw and raw[key] == value and isinstance(raw[key], type(value)):
-            raise InputError(f"{where}: {model_type} with {key}={raw[key]!r} is refused: {why}")
+    for key, (default, refused, why) in family.refuse.items():
+        if refused(raw.get(key, default)):
+            setting = f"{key}={raw[key]!r}" if key in raw else f"no {key} (default {default!r})"
+            raise InputError(f"{where}: {model_type} with {setting} is refused: {why}")
     kind = raw.get("position_embedding_type", "absolute")
     if kind != "absolute":
         raise InputError(

@@ -53,8 +53,19 @@ class Family:
     rescale_key: str | None = None  # BigBird: scale the word rows by sqrt(H) when this is true
     masks_padding: bool = False  # DeBERTa multiplies its output by attention_mask
     vocab_txt: bool = False  # its tokenizer is BERT's WordPiece, so a vocab.txt alone will do
-    # config key -> (a value that is refused when config.json has it, why)
-    refuse: dict[str, tuple[object, str]] = field(default_factory=dict)
+    # config key -> (its default where config.json is silent, a test of the value that is
+    # true where the model computes something npbert does not, why)
+    refuse: dict[str, tuple[object, Callable[[object], bool], str]] = field(default_factory=dict)
+
+
+def truthy(value) -> bool:
+    """What the model's own code does with the flag: `if config.key:`."""
+    return bool(value)
+
+
+def not_positive(value) -> bool:
+    """NomicBERT's rotary_emb_fraction: a learned position table unless it is a number > 0."""
+    return isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
 
 
 ROBERTA = {"positions": "padded", "pad_default": 1}
@@ -68,7 +79,9 @@ FAMILIES: dict[str, Family] = {
         "ernie",
         BERT,
         vocab_txt=True,
-        refuse={"use_task_id": (True, "it adds task-type embeddings, which npbert does not have")},
+        refuse={
+            "use_task_id": (False, truthy, "it adds task-type embeddings, which npbert lacks"),
+        },
     ),
     "squeezebert": Family(
         embedding.longformer, "LayerNorm((W + P) + T)", "transformer", BERT, vocab_txt=True
@@ -190,8 +203,13 @@ FAMILIES: dict[str, Family] = {
         vocab_txt=True,
         optional={"token_type_embeddings": ("type_vocab_size", 2)},
         refuse={
-            "prenorm": (True, "its emb_ln is applied inside the first layer, not after W + T"),
-            "rotary_emb_fraction": (0, "without rotary positions it adds a position table"),
+            "prenorm": (False, truthy, "its emb_ln is applied in the first layer, not to W + T"),
+            # NomicBertConfig's default is 0.0: a learned position table, not rotary positions
+            "rotary_emb_fraction": (
+                0.0,
+                not_positive,
+                "without rotary positions it adds a position table",
+            ),
         },
     ),
 }

@@ -76,6 +76,7 @@ def test_config_that_is_not_an_object_is_refused(tmp_path, config, message):
         ({"model_type": "xlm"}, "model_type 'xlm' is refused: XLM adds language embeddings"),
         ({"model_type": "mobilebert"}, "refused: MobileBERT embeds trigrams"),
         ({"model_type": "ernie", "use_task_id": True}, "ernie with use_task_id=True is refused"),
+        ({"model_type": "ernie", "use_task_id": 1}, "ernie with use_task_id=1 is refused"),
         ({"position_embedding_type": "relative_key"}, "position_embedding_type is 'relative_key'"),
     ],
 )
@@ -84,6 +85,43 @@ def test_bad_config_fields_are_refused_by_name(tmp_path, changes, message):
     checkpoint(tmp_path, changes, rename=rename)
     with pytest.raises(InputError, match=message):
         npbert.load_weights(tmp_path)
+
+
+NOMIC = TINY.parent / "tiny-nomic-bert"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"rotary_emb_fraction": 0.0}, "rotary_emb_fraction=0.0 is refused: without rotary"),
+        ({"rotary_emb_fraction": 0}, "rotary_emb_fraction=0 is refused"),
+        ({"rotary_emb_fraction": -1.0}, "rotary_emb_fraction=-1.0 is refused"),
+        ({"rotary_emb_fraction": "1.0"}, "rotary_emb_fraction='1.0' is refused"),
+        ({"rotary_emb_fraction": True}, "rotary_emb_fraction=True is refused"),
+        ({"rotary_emb_fraction": None}, r"no rotary_emb_fraction \(default 0.0\) is refused"),
+        ({"prenorm": True}, "prenorm=True is refused: its emb_ln is applied in the first layer"),
+        ({"prenorm": 1}, "prenorm=1 is refused"),
+    ],
+)
+def test_nomic_bert_settings_that_change_the_layer_are_refused(tmp_path, changes, message):
+    """NomicBertConfig's defaults are rotary_emb_fraction=0.0 (a learned position table,
+    which npbert does not read) and prenorm=False: config.json's silence means those."""
+    shutil.copytree(NOMIC, tmp_path, dirs_exist_ok=True)
+    raw = json.loads((NOMIC / "config.json").read_text())
+    raw = {key: value for key, value in (raw | changes).items() if value is not None}
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(InputError, match=message):
+        npbert.load_weights(tmp_path)
+
+
+def test_nomic_bert_with_rotary_positions_and_post_norm_loads(tmp_path):
+    shutil.copytree(NOMIC, tmp_path, dirs_exist_ok=True)
+    raw = json.loads((NOMIC / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(raw | {"rotary_emb_fraction": 0.5}))
+    assert npbert.load_weights(tmp_path).config.model_type == "nomic_bert"
+    raw.pop("prenorm")  # False by default
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert npbert.load_weights(tmp_path).config.model_type == "nomic_bert"
 
 
 def test_every_refused_model_type_says_why():
