@@ -38,6 +38,11 @@ def is_temporary_of(path: Path, target: Path) -> bool:
     return re.fullmatch(pattern, path.name) is not None
 
 
+def is_temporary(path: Path) -> bool:
+    """Whether `path` is named as one of npbert's temporaries, for any target."""
+    return re.fullmatch(rf"\..+\.{MARK}[0-9a-f]{{8}}\.tmp", path.name) is not None
+
+
 def write_atomically(path: Path, write) -> None:
     """write(file object) to a temporary file beside `path`, then rename it into place."""
     path = Path(path)

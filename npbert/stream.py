@@ -22,6 +22,7 @@ from there.
 import json
 import multiprocessing
 import os
+import re
 import signal
 import time
 from collections import deque
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert import fast
-from npbert.atomic import write_atomically
+from npbert.atomic import is_temporary, write_atomically
 from npbert.errors import InputError
 from npbert.inputs import check_count
 from npbert.model import Embedder
@@ -149,10 +150,17 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
     """A new index, or with --resume the existing one after checking it is the same job."""
     if directory.exists() and not directory.is_dir():
         raise InputError(f"--out {directory} is a file, not a directory")
-    if directory.exists() and any(directory.iterdir()) and not resume:
+    present = list(directory.iterdir()) if directory.exists() else []
+    if present and not resume:
         raise InputError(
             f"--out {directory} exists and is not empty: pass --resume to continue the run "
             "that wrote it, or give a new directory"
+        )
+    others = [path.name for path in present if not is_pending(path)]
+    if resume and not (directory / INDEX).exists() and others:
+        raise InputError(
+            f"--resume: {directory} has no {INDEX} but holds other files ({others[0]}, ...): "
+            "it is not an npbert corpus to continue"
         )
     if not resume or not (directory / INDEX).exists():
         directory.mkdir(parents=True, exist_ok=True)
@@ -173,11 +181,20 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
     return index
 
 
+PENDING = re.compile(rf"\.shard-\d{{5,}}({'|'.join(map(re.escape, SHARD_FILES.values()))})\.npy")
+
+
+def is_pending(path: Path) -> bool:
+    """A shard's file written but not committed (hidden), or a temporary of npbert's."""
+    return PENDING.fullmatch(path.name) is not None or is_temporary(path)
+
+
 def remove_pending(directory: Path) -> None:
-    """Files of shards that were written but not committed (hidden names), and temporaries
-    of an interrupted write."""
-    for stray in [*directory.glob(".shard-*"), *directory.glob(".*.tmp")]:
-        stray.unlink(missing_ok=True)
+    """Files of shards that were written but not committed, and temporaries of an
+    interrupted write: npbert's own names only, whatever else the directory holds."""
+    for path in directory.iterdir():
+        if is_pending(path):
+            path.unlink(missing_ok=True)
 
 
 def pending_path(directory: Path, name: str, suffix: str) -> Path:

@@ -486,3 +486,36 @@ def test_the_local_job_never_imports_ray(tmp_path, minilm_dir):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# --- a directory that is not npbert's -----------------------------------------------------------
+
+USERS = {".notes.tmp": "mine", ".shard-plan.txt": "mine too", "report.txt": "and this"}
+
+
+def test_resume_refuses_a_directory_that_is_not_a_corpus_and_leaves_it_alone(tmp_path, minilm_dir):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("a b c\n")
+    out.mkdir()
+    for name, text in USERS.items():
+        (out / name).write_text(text)
+    resumed = _run(source, out, minilm_dir, "--resume")
+    assert resumed.returncode == 2 and "has no index.json but holds other files" in resumed.stderr
+    assert resumed.stderr.count("\n") == 1
+    assert {p.name: p.read_text() for p in out.iterdir()} == USERS
+
+
+def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("\n".join(corpus_lines(40, seed=3)) + "\n")
+    assert _run(source, out, minilm_dir, "--shard-bytes", "500").returncode == 0
+    for name, text in USERS.items():
+        (out / name).write_text(text)
+    leftovers = [".shard-00099.npy", ".shard-00099.lengths.npy", ".index.json.npbert-0a1b2c3d.tmp"]
+    for name in leftovers:
+        (out / name).write_bytes(b"")
+    with source.open("a") as f:
+        f.write("one more line\n")
+    assert _run(source, out, minilm_dir, "--shard-bytes", "500", "--resume").returncode == 0
+    assert not any((out / name).exists() for name in leftovers)
+    assert all((out / name).read_text() == text for name, text in USERS.items())
