@@ -41,7 +41,6 @@ from npbert.errors import InputError
 # GIL between the threads (blocks of 64 on two threads ran 1.7x slower than blocks of 256).
 BLOCK = 256
 ONE_THREAD_BLOCK = 64
-CPUS = os.cpu_count() or 1
 PAGE = 4096  # bytes
 
 
@@ -50,7 +49,7 @@ def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     config = weights.config
     input_ids = inputs.input_ids.reshape(-1, inputs.input_ids.shape[-1])  # (B, L)
     batch, length = input_ids.shape
-    threads = threads or CPUS
+    threads = threads or cpus()
     plan = Plan.make(weights, inputs, batch, length, ONE_THREAD_BLOCK if threads == 1 else BLOCK)
     out = empty((batch * length, config.output_size), plan.words)  # (B * L, E)
     run(plan.work(out, input_ids.reshape(-1)), plan.blocks, threads)
@@ -325,29 +324,42 @@ def run(work, ranges: list, threads: int) -> None:
     atomic under the GIL.)"""
     threads = min(threads, len(ranges))
     share = iter(ranges)
-    helpers = [thread_pool(threads - 1).submit(work, share) for _ in range(threads - 1)]
+    pool = thread_pool(threads - 1) if threads > 1 else None
+    helpers = [pool.submit(work, share) for _ in range(threads - 1)]
     work(share)  # this thread works too: one hand-off fewer than waiting for the pool
     for helper in helpers:
         helper.result()
 
 
-_pools: dict[int, ThreadPoolExecutor] = {}
+def cpus() -> int:
+    """The cores this process may run on (its affinity, as taskset or a container sets it)."""
+    if hasattr(os, "sched_getaffinity"):  # Linux
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
-def thread_pool(threads: int) -> ThreadPoolExecutor:
-    """One pool per thread count, kept for the process: starting threads on every call cost
-    about a fifth of a bert-base batch (scripts/bench.py)."""
+_pool: dict[int, ThreadPoolExecutor] = {}  # {its threads: the pool}: at most one
+
+
+def thread_pool(workers: int) -> ThreadPoolExecutor:
+    """The process's pool, with at least `workers` threads: kept for the process, as starting
+    threads on every call cost about a fifth of a bert-base batch (scripts/bench.py), and one
+    for all, grown if a call asks for more, so that idle threads do not pile up. A pool starts
+    its threads as tasks need them, not all at once."""
     with _lock:
-        if threads not in _pools:
-            _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="npbert")
-        return _pools[threads]
+        size = next(iter(_pool), 0)
+        if size < workers:
+            if _pool:
+                _pool.pop(size).shutdown(wait=False)  # its threads end when their tasks do
+            _pool[workers] = ThreadPoolExecutor(workers, thread_name_prefix="npbert")
+        return next(iter(_pool.values()))
 
 
 def _after_fork() -> None:
     """A forked child inherits the pools but not their threads, and maybe a held lock: a call
     there would wait forever. The child starts with none and makes its own."""
     global _lock
-    _pools.clear()
+    _pool.clear()
     _lock = threading.Lock()
 
 

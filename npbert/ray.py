@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from npbert import fast
 from npbert.errors import InputError
 from npbert.sources import Record
 
@@ -243,7 +244,7 @@ def connect(ray, address: str | None) -> bool:
         return False
     ray.init(
         address=address,
-        num_cpus=None if address else len(os.sched_getaffinity(0)),
+        num_cpus=None if address else fast.cpus(),
         include_dashboard=False,
         log_to_driver=False,  # the actors' logs stay in the cluster's log files
         logging_level=logging.ERROR,

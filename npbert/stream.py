@@ -262,7 +262,7 @@ class LocalEngine:
         if workers is not None:
             check_count("workers", workers)
         self.embedder, self.truncation, self.dtype = embedder, truncation, dtype
-        self.workers = workers or len(os.sched_getaffinity(0))
+        self.workers = workers or fast.cpus()
 
     def __call__(self, directory: Path, named: Iterator[tuple[str, Chunk]]):
         fast.precompute(self.embedder.weights)  # made once, shared copy-on-write by the workers

@@ -180,3 +180,22 @@ def test_a_gamma_with_a_zero_is_applied_apart(tmp_path):
         fast_out, npbert.embed_stages(weights, ids)["embeddings"], rtol=0, atol=FAST_TOLERANCE
     )
     assert (fast_out[..., [0, 7]] == weights.layer_norm_bias[[0, 7]]).all()
+
+
+def test_batches_of_every_size_share_one_pool_of_threads(models):
+    """A batch runs on as many threads as it has blocks, up to `threads`: batches of other
+    sizes use the same pool, so idle threads do not pile up (one pool per size made 82)."""
+    import threading
+
+    weights = models["tiny"]
+    npbert.embed(weights, np.ones((1, 8), np.int64), threads=2)
+    before = threading.active_count()
+    for batch in range(1, 80, 3):
+        npbert.embed(weights, np.ones((batch, fast.BLOCK // 2), np.int64), threads=32)
+    assert threading.active_count() - before <= 31
+    assert len(fast._pool) == 1
+
+
+def test_every_core_means_the_cores_this_process_may_use(monkeypatch):
+    monkeypatch.setattr(fast.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert fast.cpus() == 1
