@@ -124,7 +124,7 @@ class Plan:
                     center(x, weights.config.word_scale, stats[:n])
                 self.add(x, start, stop, scratch)
                 if inside:
-                    np.matmul(x, weights.projection_weight.T, out=out[start:stop])  # (n, H)
+                    project(x, weights.projection_weight, out[start:stop])  # (n, H)
                     center(out[start:stop], 1.0, stats[:n])
                 normalize(out[start:stop], eps, *self.affine, stats[:n])
                 if self.mask is not None:
@@ -153,6 +153,16 @@ def added_tile(added: np.ndarray, rows: np.ndarray, batch: int, length: int, blo
     if batch > 1 and (rows.reshape(batch, length) == first).all():
         return np.take(added, np.tile(first, max(1, block // length)), 0)
     return None
+
+
+def project(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:
+    """out = x @ weight.T: (n, E) -> (n, H). A single row is multiplied as two copies of
+    itself, as BLAS's matrix-vector product rounds differently from its matrix product: a
+    token then comes out the same in a block of any size."""
+    if len(x) == 1:
+        out[:] = np.matmul(np.concatenate([x, x]), weight.T)[:1]
+    else:
+        np.matmul(x, weight.T, out=out)
 
 
 def center(x: np.ndarray, scale: float, stats: np.ndarray) -> None:

@@ -199,3 +199,22 @@ def test_batches_of_every_size_share_one_pool_of_threads(models):
 def test_every_core_means_the_cores_this_process_may_use(monkeypatch):
     monkeypatch.setattr(fast.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert fast.cpus() == 1
+
+
+FAMILIES = sorted(path.name for path in DATA.glob("tiny-*") if path.name != "tiny-bert-fp16")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_token_comes_out_the_same_in_a_block_of_any_size(name):
+    """One-token blocks too: DeBERTa's projection of a single row went through BLAS's
+    matrix-vector product, which rounds differently (3.6e-7 here)."""
+    from npbert.ragged import prepare
+
+    weights = npbert.load_weights(DATA / name)
+    ids = np.random.default_rng(0).integers(5, weights.config.vocab_size, (257, 1))
+    alone = np.stack([npbert.embed(weights, row) for row in ids])  # (257, 1, E)
+    np.testing.assert_array_equal(npbert.embed(weights, ids), alone)
+    back_to_back = prepare(weights.config, ids[:, 0], np.zeros(257, np.int64), [1] * 257)
+    for threads in (1, 2):  # blocks of 64 or 256 tokens: the last holds one
+        run = fast.embed(weights, back_to_back, project=False, threads=threads)
+        np.testing.assert_array_equal(run, alone[:, 0])
