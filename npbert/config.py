@@ -34,6 +34,7 @@ class EmbeddingConfig:
     max_length: int | None  # tokens a sequence may have (None: no limit in the layer)
     word_scale: float = 1.0  # BigBird with rescale_embeddings: sqrt(H)
     projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer), "inside"
+    sinusoidal: bool = False  # the position table holds fixed sinusoids, not learned rows
 
     @property
     def family(self) -> Family:
@@ -172,6 +173,8 @@ def make_config(
         max_length=max_length(raw, family, positions, padding_idx, where),
         word_scale=math.sqrt(hidden_size) if rescale else 1.0,
         projection=family.projection if projected else None,
+        sinusoidal=family.sinusoid_key is not None
+        and _flag(raw, family.sinusoid_key, False, where),
     )
 
 

@@ -24,8 +24,11 @@ def format_row(row: np.ndarray) -> str:
     return "[" + " ".join("   ..." if v is None else f"{v:7.4f}" for v in values) + "]"
 
 
-def _rows(title: str, labels: list[str], matrix: np.ndarray, limit: int = 12) -> list[str]:
-    """A title, then one labelled row per token (the middle elided past `limit` tokens)."""
+def _rows(title: str, labels: list[str], matrix: np.ndarray | None, limit: int = 12) -> list[str]:
+    """A title, then one labelled row per token (the middle elided past `limit` tokens), or
+    the title alone for a step with no array of its own."""
+    if matrix is None:
+        return [title]
     width = max(len(label) for label in labels)
     keep = range(len(labels))
     if len(labels) > limit:
@@ -40,7 +43,10 @@ def _positions_text(weights: EmbeddingWeights, position_ids: np.ndarray) -> str:
     config = weights.config
     shape = weights.position_embeddings.shape
     learned = (
-        "Learned in pre-training like the token table, not the fixed sinusoids of the "
+        "Fixed sinusoids, as in the original Transformer, stored as a table and not trained "
+        "(sinusoidal_pos_embds)."
+        if config.sinusoidal
+        else "Learned in pre-training like the token table, not the fixed sinusoids of the "
         "original Transformer."
     )
     if config.positions == "padded":
@@ -92,6 +98,9 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
     return titles
 
 
+DROPOUT = "Dropout: the identity at inference, so this is the layer's output."
+
+
 def explain(
     weights: EmbeddingWeights, tokens: list[str], input_ids, token_type_ids, attention_mask
 ) -> tuple[str, float]:
@@ -124,11 +133,14 @@ def explain(
         "1. Tokens and their ids",
         *table,
     ]
-    for step, (name, matrix) in enumerate(stages.items(), start=2):
-        lines += ["", *_rows(f"{step}. {titles[name]}", labels, matrix)]
+    steps = []  # (title, rows or None): the stages, and dropout where the module applies it
+    for name, matrix in stages.items():
+        steps.append((titles[name], matrix))
+        if name == "embeddings":
+            steps.append((DROPOUT, None))
+    for step, (title, matrix) in enumerate(steps, start=2):
+        lines += ["", *_rows(f"{step}. {title}", labels, matrix)]
     lines += [
-        "",
-        f"{len(stages) + 2}. Dropout: the identity at inference, so this is the layer's output.",
         "",
         f"Check: this equals npbert.embed(): max |diff| = {diff:.3g} "
         + (f"(equal within {TOLERANCE:g})" if diff <= TOLERANCE else "(MISMATCH)"),
@@ -141,4 +153,4 @@ def _used_positions(weights: EmbeddingWeights, input_ids) -> np.ndarray | None:
     from npbert.inputs import prepare_inputs
 
     inputs = prepare_inputs(weights.config, input_ids, None, None, None)
-    return None if inputs.position_ids is None else inputs.position_ids
+    return inputs.position_ids

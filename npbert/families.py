@@ -51,6 +51,7 @@ class Family:
     projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer) or "inside"
     projection_always: bool = False  # ALBERT projects even when E == H
     rescale_key: str | None = None  # BigBird: scale the word rows by sqrt(H) when this is true
+    sinusoid_key: str | None = None  # DistilBERT: the position table holds fixed sinusoids if true
     masks_padding: bool = False  # DeBERTa multiplies its output by attention_mask
     vocab_txt: bool = False  # its tokenizer is BERT's WordPiece, so a vocab.txt alone will do
     # config key -> (its default where config.json is silent, a test of the value that is
@@ -110,6 +111,7 @@ FAMILIES: dict[str, Family] = {
         WORD | POSITION | LAYER_NORM,
         eps_key=None,  # nn.LayerNorm(config.dim, eps=1e-12) in DistilBERT's code
         hidden_key="dim",
+        sinusoid_key="sinusoidal_pos_embds",
         vocab_txt=True,
     ),
     "albert": Family(

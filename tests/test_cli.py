@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import TINY
+from conftest import DATA, TINY
 
 import npbert
 from npbert.cli import main
@@ -76,6 +76,25 @@ def test_embed_ids_file(tmp_path, capsys):
     )
     assert code == 0
     np.testing.assert_array_equal(np.load(out), npbert.embed(npbert.load_weights(TINY), ids, types))
+
+
+@pytest.mark.parametrize(
+    ("model", "positions"),
+    [
+        ("tiny-distilbert-sinusoidal", "Fixed sinusoids, as in the original Transformer"),
+        ("tiny-distilbert", "Learned in pre-training"),
+    ],
+)
+def test_explain_says_whether_positions_are_learned(capsys, model, positions):
+    code, stdout, _ = run(capsys, "explain", "a b", "--model", str(DATA / model))
+    assert code == 0
+    assert re.search(r"^3\. Position embeddings: .*" + positions, stdout, re.MULTILINE)
+
+
+def test_explain_puts_dropout_before_a_projection_after_the_layer(capsys):
+    code, stdout, _ = run(capsys, "explain", "a b", "--model", str(DATA / "tiny-electra"))
+    steps = re.findall(r"^(\d+)\. (\w+)", stdout, re.MULTILINE)
+    assert code == 0 and steps[-2:] == [("8", "Dropout"), ("9", "Projection")]
 
 
 def test_explain_walks_through_and_checks(capsys, minilm_dir):
