@@ -5,6 +5,7 @@ is checked first. Each check raises InputError naming the value and where it is,
 "input_ids[1, 4] = -1 is out of range: word_embeddings has 30522 rows (ids 0..30521)".
 """
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,11 +26,15 @@ class Inputs:
 
 
 def check_count(name: str, value) -> int:
-    """A whole number of at least 1 (not a bool, not 1.0), as threads, workers, batch sizes
-    and lengths are, or InputError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """A whole number of at least 1 (a Python or NumPy integer, not a bool, not 1.0), as
+    threads, workers, batch sizes and lengths are, as an int; or InputError."""
+    try:
+        number = None if isinstance(value, bool | np.bool_) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < 1:
         raise InputError(f"{name} must be a whole number of at least 1, got {value!r}")
-    return value
+    return number
 
 
 def _where(name: str, index: tuple) -> str:
@@ -154,7 +159,10 @@ def _mask(attention_mask, input_ids) -> np.ndarray | None:
     """attention_mask: the same shape as input_ids, 1 for real tokens and 0 for padding."""
     if attention_mask is None:
         return None
-    mask = np.asarray(attention_mask)
+    try:
+        mask = np.asarray(attention_mask)
+    except ValueError as error:  # ragged nested lists
+        raise InputError(f"attention_mask is not a rectangular array: {error}") from None
     if mask.dtype.kind not in "biuf":
         raise InputError(f"attention_mask must be an array of 0 and 1, got dtype {mask.dtype}")
     _same_shape("attention_mask", mask, input_ids)

@@ -49,6 +49,8 @@ def load_weights(
 def float_dtype(dtype) -> np.dtype:
     """float32 or float64, the two precisions npbert computes in; anything else is refused
     (an integer dtype would truncate the weights, a complex one means nothing here)."""
+    if dtype is None:  # np.dtype(None) is float64: a None here is more likely a mistake
+        raise InputError("dtype is None: use float32 or float64")
     try:
         dtype = np.dtype(dtype)
     except TypeError:
@@ -129,8 +131,7 @@ def embed(
     float64 from the stored weights: the exact reference.
     """
     _check_weights(weights)
-    if threads is not None:
-        check_count("threads", threads)
+    threads = None if threads is None else check_count("threads", threads)
     if float_dtype(dtype) != np.float32:
         arguments = (weights, input_ids, token_type_ids, position_ids, attention_mask)
         stages = embed_stages(*arguments, dtype=dtype, project=project)
@@ -287,7 +288,7 @@ class Embedder:
             raise InputError(
                 "embed_each takes lists of texts (and pairs); embed one with embedder(text)"
             )
-        check_count("batch_size", batch_size)
+        batch_size = check_count("batch_size", batch_size)
         encodings = self._tokenize(_listed(texts), _listed(pairs), truncation, max_length)
         order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
         outputs: list = [None] * len(encodings)
@@ -305,7 +306,7 @@ class Embedder:
         """tokenizers Encodings, unpadded, each within the call's limit on tokens."""
         limit = self.weights.config.max_length
         if max_length is not None:
-            check_count("max_length", max_length)
+            max_length = check_count("max_length", max_length)
             limit = max_length if limit is None else min(max_length, limit)
         return self.tokenizer.encode_batch(texts, pairs, max_length=limit, truncation=truncation)
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from npbert import fast
 from npbert.errors import InputError
+from npbert.inputs import check_count
 from npbert.sources import Record
 
 COLUMNS = ("embeddings", "input_ids", "token_type_ids", "lengths")
@@ -174,7 +175,8 @@ class RayEngine:
     def __init__(self, model, *, revision, full, truncation, dtype, workers, address):
         self.model, self.revision, self.full = os.fspath(model), revision, full
         self.truncation, self.dtype = truncation, dtype
-        self.workers, self.address = workers, address
+        self.workers = None if workers is None else check_count("workers", workers)
+        self.address = address
 
     def __call__(self, directory: Path, named):
         from npbert.stream import write_pending

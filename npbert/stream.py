@@ -60,7 +60,7 @@ def corpus_settings(weights, source, input_format, shard_bytes, truncation, dtyp
     """What must be the same for --resume to continue a run."""
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    check_count("shard_bytes", shard_bytes)
+    shard_bytes = check_count("shard_bytes", shard_bytes)
     return {
         "format": FORMAT,
         "model": weights.source,
@@ -259,10 +259,8 @@ class LocalEngine:
     thread, each writing its shards' files; at most two chunks per worker in flight."""
 
     def __init__(self, embedder: Embedder, *, workers: int | None, truncation: bool, dtype):
-        if workers is not None:
-            check_count("workers", workers)
         self.embedder, self.truncation, self.dtype = embedder, truncation, dtype
-        self.workers = workers or fast.cpus()
+        self.workers = fast.cpus() if workers is None else check_count("workers", workers)
 
     def __call__(self, directory: Path, named: Iterator[tuple[str, Chunk]]):
         fast.precompute(self.embedder.weights)  # made once, shared copy-on-write by the workers

@@ -104,7 +104,7 @@ def test_normalize_gives_zero_mean_unit_variance(offset, scale, seed):
 
 
 @pytest.mark.parametrize(
-    "dtype", [int, bool, np.uint8, np.int64, np.complex128, np.float16, "bogus"]
+    "dtype", [int, bool, np.uint8, np.int64, np.complex128, np.float16, "bogus", None]
 )
 def test_only_float32_and_float64_are_computed(weights, dtype):
     with pytest.raises(InputError, match="dtype"):
@@ -113,10 +113,15 @@ def test_only_float32_and_float64_are_computed(weights, dtype):
         npbert.embed_stages(weights, [2, 3], dtype=dtype)
 
 
-@pytest.mark.parametrize("threads", [-1, 0, "2", 1.5, True])
+@pytest.mark.parametrize("threads", [-1, 0, "2", 1.5, True, np.int64(0), np.bool_(True)])
 def test_threads_must_be_a_positive_whole_number(weights, threads):
     with pytest.raises(InputError, match="threads must be"):
         npbert.embed(weights, [2, 3], threads=threads)
+
+
+def test_a_numpy_integer_is_a_whole_number(weights):
+    expected = npbert.embed(weights, [2, 3], threads=2)
+    np.testing.assert_array_equal(npbert.embed(weights, [2, 3], threads=np.int64(2)), expected)
 
 
 @pytest.mark.parametrize(
@@ -127,6 +132,7 @@ def test_threads_must_be_a_positive_whole_number(weights, threads):
         ([1, -1], r"attention_mask\[1\] = -1 is not 0 or 1"),
         ([1.0, 0.5], r"attention_mask\[1\] = 0.5 is not 0 or 1"),
         (["1", "0"], "attention_mask must be an array of 0 and 1"),
+        ([[1, 1], [1]], "attention_mask is not a rectangular array"),
     ],
 )
 def test_bad_attention_masks_are_refused(weights, mask, message):

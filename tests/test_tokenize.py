@@ -303,3 +303,8 @@ def test_bad_batch_size_and_max_length(embedder, kwargs, message):
 def test_embed_each_takes_lists(embedder):
     with pytest.raises(InputError, match="embed_each takes lists"):
         embedder.embed_each("one text")
+
+
+def test_numpy_integers_are_counts_too(embedder):
+    each = embedder.embed_each(TEXTS, batch_size=np.int64(2), max_length=np.int32(512))
+    assert [len(o.tokens) for o in each] == [len(embedder(text).tokens) for text in TEXTS]
