@@ -29,6 +29,9 @@ STAGES = (
     "projected",
 )
 
+# What npbert embed --out writes beside the embeddings: inputs, not stages to check.
+INPUTS = ("input_ids", "token_type_ids", "position_ids", "attention_mask", "metadata")
+
 DEFAULT_ATOL = 1e-5  # what Hugging Face's and ONNX export checks use
 DEFAULT_RTOL = 0.0
 
@@ -50,6 +53,12 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
         arrays = _load_other(path, suffix)
     if "embeddings" not in arrays:
         raise InputError(f"candidate {path}: no 'embeddings' array (it has {sorted(arrays)})")
+    unknown = sorted(set(arrays) - set(STAGES) - set(INPUTS))
+    if unknown:  # a misspelled stage would otherwise go unchecked
+        raise InputError(
+            f"candidate {path}: {', '.join(map(repr, unknown))} is not a stage npbert knows "
+            f"(stages: {', '.join(STAGES)}; inputs ignored: {', '.join(INPUTS)})"
+        )
     return {key: _as_float(path, key, arrays[key]) for key in STAGES if key in arrays}
 
 

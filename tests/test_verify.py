@@ -220,6 +220,11 @@ def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm
         ("c.json", b'{"embeddings": [["a"]]}', "'embeddings' is not a numeric array"),
         ("c.json", b"{oops", "cannot read it"),
         ("c.npy", b"garbage", "not a readable .npy array"),
+        (
+            "c.json",
+            b'{"embeddings": [[1.0]], "normalised": [[1.0]]}',
+            "'normalised' is not a stage",
+        ),
     ],
 )
 def test_bad_candidates_exit_2(tmp_path, capsys, name, content, message):
