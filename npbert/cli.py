@@ -546,6 +546,8 @@ def save(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> int:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(f"--out {path}: directory {directory} does not exist")
+    if path.is_dir():
+        raise InputError(f"--out {path} is a directory: give a file name")
     from npbert.atomic import write_atomically
 
     if path.suffix == ".npz":

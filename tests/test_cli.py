@@ -165,6 +165,13 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_out_naming_a_directory_is_one_line_that_names_it(capsys, tmp_path):
+    (tmp_path / "d.npz").mkdir()
+    code, _, err = run(capsys, "embed", "x", "--model", TINY, "--out", str(tmp_path / "d.npz"))
+    assert code == 2 and f"--out {tmp_path / 'd.npz'} is a directory" in err
+    assert err.count("\n") == 1 and not list((tmp_path / "d.npz").iterdir())
+
+
 @pytest.mark.parametrize(
     ("ids", "message"),
     [
