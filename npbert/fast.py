@@ -74,7 +74,6 @@ class Plan:
     affine: tuple  # LayerNorm's gamma and beta (or None), each tiled to (BLOCK, E)
     blocks: list  # (start, stop) ranges of the flattened tokens
     length: int  # L
-    block: int  # tokens in a block, at most
 
     @classmethod
     def make(cls, weights, inputs, batch: int, length: int, block: int) -> "Plan":
@@ -97,7 +96,6 @@ class Plan:
             affine_tiles(weights),
             blocks,
             length,
-            block,
         )
 
     def work(self, out: np.ndarray, input_ids: np.ndarray):
@@ -282,14 +280,16 @@ def note_tokens(weights, tokens: int) -> None:
         return
     with _lock:
         _tokens[weights] = _tokens.get(weights, 0) + tokens
-        due = (
-            _modes.get(weights, "auto") == "auto"
-            and _tokens[weights] >= weights.config.vocab_size
-            and weights.word_embeddings.nbytes <= AUTO_LIMIT
-            and weights not in _words
-        )
-    if due:
+        due = _tokens[weights] >= weights.config.vocab_size and weights not in _words
+    if due and may_precompute(weights):
         precompute(weights)
+
+
+def may_precompute(weights) -> bool:
+    """Whether centered_table's mode lets Wc be made without being asked: "auto" for a table
+    of at most AUTO_LIMIT bytes (for a corpus, say, which will embed many tokens)."""
+    mode = _modes.get(weights, "auto")
+    return mode == "auto" and weights.word_embeddings.nbytes <= AUTO_LIMIT
 
 
 def precompute(weights) -> None:

@@ -519,3 +519,19 @@ def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
     assert _run(source, out, minilm_dir, "--shard-bytes", "500", "--resume").returncode == 0
     assert not any((out / name).exists() for name in leftovers)
     assert all((out / name).read_text() == text for name, text in USERS.items())
+
+
+def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir):
+    """It makes Wc up front, for its workers to share, only where "auto" would make it."""
+    from npbert import fast
+    from npbert.stream import embed_corpus
+
+    source = tmp_path / "c.txt"
+    source.write_text("\n".join(corpus_lines(20, seed=9)) + "\n")
+    never = npbert.Embedder.from_pretrained(minilm_dir)
+    fast.centered_table(never.weights, "never")
+    embed_corpus(never, source, tmp_path / "never", workers=1)
+    assert fast.centered_words(never.weights) is None
+    auto = npbert.Embedder.from_pretrained(minilm_dir)
+    embed_corpus(auto, source, tmp_path / "auto", workers=1)
+    assert fast.centered_words(auto.weights) is not None
