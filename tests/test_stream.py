@@ -521,7 +521,7 @@ def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
     assert all((out / name).read_text() == text for name, text in USERS.items())
 
 
-def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir):
+def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir, monkeypatch):
     """It makes Wc up front, for its workers to share, only where "auto" would make it."""
     from npbert import fast
     from npbert.stream import embed_corpus
@@ -535,3 +535,7 @@ def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir)
     auto = npbert.Embedder.from_pretrained(minilm_dir)
     embed_corpus(auto, source, tmp_path / "auto", workers=1)
     assert fast.centered_words(auto.weights) is not None
+    monkeypatch.setattr(fast, "AUTO_LIMIT", auto.weights.word_embeddings.nbytes - 1)
+    too_big = npbert.Embedder.from_pretrained(minilm_dir)
+    embed_corpus(too_big, source, tmp_path / "too big", workers=1)
+    assert fast.centered_words(too_big.weights) is None
