@@ -126,9 +126,9 @@ def embed(
     ALBERT, ELECTRA and RoFormer apply right after the module: the result is what the first
     encoder layer receives. Bad input raises InputError (a ValueError).
 
-    float32 runs the fast path (npbert.fast) on `threads` threads (default: every core),
-    within 2e-6 of the readable embed_stages. dtype=np.float64 computes every step in
-    float64 from the stored weights: the exact reference.
+    float32 runs the fast path (npbert.fast) on `threads` threads (default: every core the
+    process may use), within 2e-6 of the readable embed_stages. dtype=np.float64 computes
+    every step in float64 from the stored weights: the exact reference.
     """
     _check_weights(weights)
     threads = None if threads is None else check_count("threads", threads)
