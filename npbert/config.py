@@ -159,6 +159,7 @@ def make_config(
         )
     padding_idx = position_padding_idx(family, pad_token_id, positions, where)
     rescale = family.rescale_key is not None and _flag(raw, family.rescale_key, False, where)
+    sinusoidal = family.sinusoid_key is not None and _flag(raw, family.sinusoid_key, False, where)
     return EmbeddingConfig(
         model_type=model_type,
         vocab_size=vocab_size,
@@ -173,8 +174,7 @@ def make_config(
         max_length=max_length(raw, family, positions, padding_idx, where),
         word_scale=math.sqrt(hidden_size) if rescale else 1.0,
         projection=family.projection if projected else None,
-        sinusoidal=family.sinusoid_key is not None
-        and _flag(raw, family.sinusoid_key, False, where),
+        sinusoidal=sinusoidal,
     )
 
 

@@ -263,10 +263,9 @@ class LocalEngine:
         self.workers = fast.cpus() if workers is None else check_count("workers", workers)
 
     def __call__(self, directory: Path, named: Iterator[tuple[str, Chunk]]):
-        if fast.may_precompute(
-            self.embedder.weights
-        ):  # made once, shared copy-on-write by the workers
-            fast.precompute(self.embedder.weights)
+        weights = self.embedder.weights
+        if fast.may_precompute(weights):  # made once, shared copy-on-write by the workers
+            fast.precompute(weights)
         with worker_pool(self.workers, (self.embedder, self.truncation, self.dtype)) as pool:
             in_flight = deque()
             for name, chunk in named:
