@@ -42,8 +42,14 @@ def load_weights(
     saved one, False for none; the Hub cache directory; the cache only, no request).
     """
     hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
-    directory, source = resolve(model, revision=revision, full=full, **hub)
-    return load_checkpoint(directory, source)
+    return _checkpoint(model, revision=revision, full=full, **hub)[1]
+
+
+def _checkpoint(model, **options) -> tuple:
+    """(its directory, its EmbeddingWeights) for a local directory or a Hub repo id; options
+    as load_weights'."""
+    directory, source = resolve(model, **options)
+    return directory, load_checkpoint(directory, source)
 
 
 def float_dtype(dtype) -> np.dtype:
@@ -204,8 +210,7 @@ class Embedder:
         from npbert.tokenize import load_tokenizer
 
         hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
-        directory, source = resolve(model, revision=revision, full=full, **hub)
-        weights = load_checkpoint(directory, source)
+        directory, weights = _checkpoint(model, revision=revision, full=full, **hub)
         tokenizer = load_tokenizer(
             directory,
             vocab_txt=weights.config.family.vocab_txt,
