@@ -10,7 +10,8 @@ kinds of rows centered ahead of time, a token is centered by one addition, and
     out = xc / sqrt(sum(xc ** 2) / E + eps) * gamma + beta
 
 Rc holds every (token type, position) pair's row, summed and centered in float64 and rounded
-once: T x P rows, 3 MiB for bert-base, made once per weights. Wc is as big as the word table,
+once: T x P rows, 3 MiB for bert-base, made once per weights; a sequence of token type 0 at
+the default positions 0..L-1 adds its first L rows as they lie. Wc is as big as the word table,
 so a word row is centered when it is looked up, with the same float32 operations that make Wc
 for the whole table where that pays (after as many tokens as the table has rows, or for a
 corpus): either way the result is the same, bit for bit, and a text embeds identically alone
@@ -30,11 +31,12 @@ import os
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from npbert.errors import InputError
+from npbert.inputs import default_positions
 
 # Tokens per block, as measured on bert-base (scripts/bench.py): on one thread, a block and
 # its tiles stay in a 1 MiB L2; on several, longer NumPy calls mean fewer hand-offs of the
@@ -50,10 +52,12 @@ def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     input_ids = inputs.input_ids.reshape(-1, inputs.input_ids.shape[-1])  # (B, L)
     batch, length = input_ids.shape
     threads = threads or cpus()
-    plan = Plan.make(weights, inputs, batch, length, ONE_THREAD_BLOCK if threads == 1 else BLOCK)
+    record = derived(weights)
+    block = ONE_THREAD_BLOCK if threads == 1 else BLOCK
+    plan = Plan.make(weights, record, inputs, batch, length, block)
     out = empty((batch * length, config.output_size), plan.words)  # (B * L, E)
     run(plan.work(out, input_ids.reshape(-1)), plan.blocks, threads)
-    note_tokens(weights, batch * length)
+    note_tokens(weights, record, batch * length)
     out = out.reshape(batch, length, config.output_size)
     if project and config.projection == "after":
         out = out @ weights.projection_weight.T + weights.projection_bias  # (B, L, H)
@@ -68,7 +72,7 @@ class Plan:
     words: np.ndarray  # (V, E): Wc, or W whose rows are centered as they are looked up
     centered: bool  # words is Wc
     added: np.ndarray | None  # (R, E) rows added to each token, or None
-    rows: np.ndarray | None  # (B * L,) the row of `added` each token adds
+    rows: np.ndarray | None  # (B * L,) the row of `added` each token adds, where no tile
     tile: np.ndarray | None  # (tokens in a block, E): added[rows] when every block adds it
     mask: np.ndarray | None  # (B * L, 1) float32, for DeBERTa
     affine: tuple  # LayerNorm's gamma and beta (or None), each tiled to (BLOCK, E)
@@ -76,12 +80,13 @@ class Plan:
     length: int  # L
 
     @classmethod
-    def make(cls, weights, inputs, batch: int, length: int, block: int) -> "Plan":
+    def make(cls, weights, record: "Derived", inputs, batch: int, length: int, block: int):
         inside = weights.config.projection == "inside"  # DeBERTa: center after projecting
-        added, rows = added_rows(weights, inputs, batch, length, centered=not inside)
+        added, rows = added_rows(weights, record, inputs, centered=not inside)
         blocks = plan_blocks(batch, length, block)
-        tile = None if rows is None else added_tile(added, rows, batch, length, block)
-        words = None if inside else centered_words(weights)
+        tile = None if rows is None else added_tile(added, rows, batch, block)
+        rows = None if tile is not None or rows is None else rows.reshape(-1)
+        words = None if inside else record.words
         mask = None
         if inputs.attention_mask is not None and weights.config.family.masks_padding:
             mask = inputs.attention_mask.reshape(-1, 1).astype(np.float32)
@@ -93,7 +98,7 @@ class Plan:
             rows,
             tile,
             mask,
-            affine_tiles(weights),
+            record.affine,
             blocks,
             length,
         )
@@ -106,7 +111,7 @@ class Plan:
         width = self.words.shape[1]
         eps = np.float32(weights.config.layer_norm_eps)
 
-        size = max(stop - start for start, stop in self.blocks)  # tokens in the largest block
+        size = self.blocks[0][1] - self.blocks[0][0]  # tokens in the largest block: the first
         gathers = self.added is not None and self.tile is None  # added rows gathered per block
 
         def work(share) -> None:
@@ -143,14 +148,19 @@ class Plan:
             x += rows
 
 
-def added_tile(added: np.ndarray, rows: np.ndarray, batch: int, length: int, block: int):
+def added_tile(added: np.ndarray, rows: np.ndarray, batch: int, block: int):
     """The rows every block adds, when the batch's sequences all add the same ones (single
-    sentences, or pairs split alike), repeated for a block of whole sequences. None for one
-    sequence, or sequences that differ: then each block gathers its own."""
-    first = rows[:length]
-    if batch > 1 and (rows.reshape(batch, length) == first).all():
-        return np.take(added, np.tile(first, max(1, block // length)), 0)
-    return None
+    sentences, or pairs split alike), repeated for a block of whole sequences: (L,) rows are
+    every sequence's, (B, L) rows are checked. None where sequences differ: then each block
+    gathers its own."""
+    length = rows.shape[-1]
+    first = rows if rows.ndim == 1 else rows[0]  # (L,)
+    if rows.ndim == 2 and not (rows == first).all():
+        return None
+    repeats = max(1, min(batch, block // length))  # sequences in a block
+    if repeats == 1 and first is default_positions(length):
+        return added[:length]  # token type 0 at positions 0..L-1: the table's first L rows
+    return np.take(added, np.tile(first, repeats), 0)
 
 
 def project(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:
@@ -190,41 +200,61 @@ def normalize(x: np.ndarray, eps, gamma: np.ndarray, beta, stats: np.ndarray) ->
 
 # --- tables made once per weights ---------------------------------------------------------
 
-_added = weakref.WeakKeyDictionary()  # weights -> {centered: (R, E) table}
-_words = weakref.WeakKeyDictionary()  # weights -> Wc
-_tokens = weakref.WeakKeyDictionary()  # weights -> tokens embedded so far
-_modes = weakref.WeakKeyDictionary()  # weights -> centered_table's mode, if set
-_affine = weakref.WeakKeyDictionary()  # weights -> affine_tiles
+
+@dataclass(slots=True, eq=False)
+class Derived:
+    """What this module makes from one set of weights, kept as long as the weights are."""
+
+    affine: tuple  # LayerNorm's gamma and beta (or None), each tiled to (BLOCK, E)
+    added: dict = field(default_factory=dict)  # {centered: (R, E) table}, see added_table
+    words: np.ndarray | None = None  # Wc, once made
+    tokens: int = 0  # tokens embedded so far
+    mode: str = "auto"  # centered_table's mode
+
+
+_derived = weakref.WeakKeyDictionary()  # weights -> Derived: one lookup a call
 _lock = threading.Lock()
 
 
-def added_rows(weights, inputs, batch: int, length: int, *, centered: bool) -> tuple:
+def derived(weights) -> Derived:
+    """The weights' Derived record, made on first use."""
+    found = _derived.get(weights)
+    if found is None:
+        with _lock:
+            found = _derived.get(weights) or Derived(affine_tiles(weights))
+            _derived[weights] = found
+    return found
+
+
+def affine_tiles(weights) -> tuple:
+    """LayerNorm's gamma and beta (None without), each tiled to (BLOCK, E)."""
+    rows = (weights.layer_norm_weight, weights.layer_norm_bias)
+    return tuple(None if row is None else np.tile(row, (BLOCK, 1)) for row in rows)
+
+
+def added_rows(weights, record: Derived, inputs, *, centered: bool) -> tuple:
     """(table, rows): what each token adds to its word row, as one lookup, or (None, None).
     The table holds the sum of every token-type row and every position row (T x P rows; T
-    or P rows where the family has one table) and rows (B * L,) says which each token adds."""
+    or P rows where the family has one table); rows says which each token adds: (B, L), or
+    (L,) for every sequence (or the one sequence)."""
     types, positions = inputs.token_type_ids, inputs.position_ids
     if types is None and positions is None:
         return None, None
-    table = added_table(weights, centered)
-    if types is None:
-        index = positions
-    elif positions is None:
-        index = types
-    else:
-        index = types * weights.config.max_position_embeddings + positions  # (B, L)
-    if index.size != batch * length:  # positions (L,) shared by the batch
-        index = np.tile(index, batch)
-    return table, index.reshape(-1)
+    table = added_table(weights, record.added, centered)
+    if positions is None:
+        return table, types
+    if types is None or (positions is default_positions(len(positions)) and not types.any()):
+        return table, positions  # token type 0 (or none): the row is the position's
+    return table, types * weights.config.max_position_embeddings + positions  # (B, L)
 
 
-def added_table(weights, centered: bool) -> np.ndarray:
+def added_table(weights, tables: dict, centered: bool) -> np.ndarray:
     """Every (token type, position) pair's T[t] + P[p] in float64, centered per row if asked,
-    rounded once to float32: (T * P, E), or (T, E) or (P, E) where the family has one table."""
-    tables = _added.get(weights, {})
+    rounded once to float32: (T * P, E), or (T, E) or (P, E) where the family has one table.
+    Made once, kept in `tables` (the weights' Derived.added) under `centered`."""
     if centered in tables:  # made before: read without the lock
         return tables[centered]
     with _lock:
-        tables = _added.setdefault(weights, {})
         if centered not in tables:
             parts = [weights.token_type_embeddings, weights.position_embeddings]
             parts = [p.astype(np.float64) for p in parts if p is not None]
@@ -236,22 +266,9 @@ def added_table(weights, centered: bool) -> np.ndarray:
         return tables[centered]
 
 
-def affine_tiles(weights) -> tuple:
-    """LayerNorm's gamma and beta (None without), each tiled to (BLOCK, E), made once."""
-    if weights in _affine:  # made before: read without the lock
-        return _affine[weights]
-    with _lock:
-        if weights not in _affine:
-            _affine[weights] = tuple(
-                None if row is None else np.tile(row, (BLOCK, 1))
-                for row in (weights.layer_norm_weight, weights.layer_norm_bias)
-            )
-        return _affine[weights]
-
-
 def centered_words(weights) -> np.ndarray | None:
     """Wc, the centered word table, if it has been made for these weights."""
-    return _words.get(weights)
+    return derived(weights).words
 
 
 # Wc is made without being asked only up to this size: it is one more copy of the word table
@@ -265,22 +282,23 @@ def centered_table(weights, mode: str) -> None:
     or "never" (and drop it). Results are the same either way; only speed and memory differ."""
     if mode not in ("auto", "always", "never"):
         raise InputError(f"mode must be 'auto', 'always' or 'never', not {mode!r}")
+    record = derived(weights)
     with _lock:
-        _modes[weights] = mode
+        record.mode = mode
         if mode == "never":
-            _words.pop(weights, None)
+            record.words = None
     if mode == "always":
         precompute(weights)
 
 
-def note_tokens(weights, tokens: int) -> None:
+def note_tokens(weights, record: Derived, tokens: int) -> None:
     """Count the tokens embedded; once they reach the word table's rows, make Wc: by then
     centering rows one lookup at a time has cost about what centering the table costs."""
-    if weights in _words:
+    if record.words is not None:
         return
     with _lock:
-        _tokens[weights] = _tokens.get(weights, 0) + tokens
-        due = _tokens[weights] >= weights.config.vocab_size and weights not in _words
+        record.tokens += tokens
+        due = record.tokens >= weights.config.vocab_size and record.words is None
     if due and may_precompute(weights):
         precompute(weights)
 
@@ -288,14 +306,15 @@ def note_tokens(weights, tokens: int) -> None:
 def may_precompute(weights) -> bool:
     """Whether centered_table's mode lets Wc be made without being asked: "auto" for a table
     of at most AUTO_LIMIT bytes (for a corpus, say, which will embed many tokens)."""
-    mode = _modes.get(weights, "auto")
+    mode = derived(weights).mode
     return mode == "auto" and weights.word_embeddings.nbytes <= AUTO_LIMIT
 
 
 def precompute(weights) -> None:
     """Make Wc for these weights now: the word table with every row centered (and scaled by
     BigBird's sqrt(H)), as center() would center it when looked up. Same size as the table."""
-    if weights.config.projection == "inside" or weights in _words:
+    record = derived(weights)
+    if weights.config.projection == "inside" or record.words is not None:
         return
     table = weights.word_embeddings
     words = np.empty(table.shape, np.float32)
@@ -305,8 +324,8 @@ def precompute(weights) -> None:
         rows[...] = table[start : start + BLOCK]
         center(rows, weights.config.word_scale, stats[: len(rows)])
     with _lock:
-        if _modes.get(weights) != "never":
-            _words.setdefault(weights, words)
+        if record.mode != "never" and record.words is None:
+            record.words = words
 
 
 # --- blocks and threads -------------------------------------------------------------------

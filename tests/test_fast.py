@@ -218,3 +218,38 @@ def test_a_token_comes_out_the_same_in_a_block_of_any_size(name):
     for threads in (1, 2):  # blocks of 64 or 256 tokens: the last holds one
         run = fast.embed(weights, back_to_back, project=False, threads=threads)
         np.testing.assert_array_equal(run, alone[:, 0])
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_default_positions_add_the_tables_first_rows_and_change_no_bit(name):
+    """With token type 0 (or none) at positions 0..L-1, a sequence adds the (type, position)
+    table's first L rows as they lie, with no lookup: the same bits as looking them up."""
+    from npbert.inputs import prepare_inputs
+
+    weights = npbert.load_weights(DATA / name)
+    config = weights.config
+    longest = min(config.max_length or 300, 300)  # past a block of 256: in pieces
+    rng = np.random.default_rng(0)
+    for batch, length in ((1, 7), (1, longest), (3, 5), (2, longest)):
+        ids = rng.integers(5, config.vocab_size, (batch, length))
+        given = np.arange(length) if config.positions == "absolute" else None
+        for threads in (1, 2):
+            default = npbert.embed(weights, ids, threads=threads)
+            looked_up = npbert.embed(weights, ids, position_ids=given, threads=threads)
+            np.testing.assert_array_equal(default, looked_up)
+            alone = npbert.embed(weights, ids[0], threads=threads)  # (L,): no batch axis
+            np.testing.assert_array_equal(alone, default[0])
+        inputs = prepare_inputs(config, ids[:1], None, None, None)
+        plan = fast.Plan.make(weights, fast.derived(weights), inputs, 1, length, fast.BLOCK)
+        if config.positions == "absolute":  # a view of the table, not a gathered copy
+            assert np.shares_memory(plan.tile, plan.added)
+
+
+def test_default_positions_are_made_once_and_read_only():
+    from npbert.inputs import default_positions
+
+    positions = default_positions(9)
+    assert positions is default_positions(9)
+    np.testing.assert_array_equal(positions, np.arange(9))
+    with pytest.raises(ValueError, match="read-only"):
+        positions[0] = 3
