@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npbert.errors import InputError
-from npbert.inputs import default_positions
 
 # Tokens per block, as measured on bert-base (scripts/bench.py): on one thread, a block and
 # its tiles stay in a 1 MiB L2; on several, longer NumPy calls mean fewer hand-offs of the
@@ -82,9 +81,9 @@ class Plan:
     @classmethod
     def make(cls, weights, record: "Derived", inputs, batch: int, length: int, block: int):
         inside = weights.config.projection == "inside"  # DeBERTa: center after projecting
-        added, rows = added_rows(weights, record, inputs, centered=not inside)
+        added, rows, leading = added_rows(weights, record, inputs, centered=not inside)
         blocks = plan_blocks(batch, length, block)
-        tile = None if rows is None else added_tile(added, rows, batch, block)
+        tile = None if rows is None else added_tile(added, rows, leading, batch, block)
         rows = None if tile is not None or rows is None else rows.reshape(-1)
         words = None if inside else record.words
         mask = None
@@ -148,19 +147,22 @@ class Plan:
             x += rows
 
 
-def added_tile(added: np.ndarray, rows: np.ndarray, batch: int, block: int):
+def added_tile(added: np.ndarray, rows: np.ndarray, leading: bool, batch: int, block: int):
     """The rows every block adds, when the batch's sequences all add the same ones (single
     sentences, or pairs split alike), repeated for a block of whole sequences: (L,) rows are
-    every sequence's, (B, L) rows are checked. None where sequences differ: then each block
-    gathers its own."""
+    every sequence's, (B, L) rows are checked; `leading` rows are 0..L-1, the table's first L
+    rows as they lie. None for one sequence or sequences that differ: then each block gathers
+    its own (a tile of one sequence would be as big as the output for texts back to back)."""
     length = rows.shape[-1]
     first = rows if rows.ndim == 1 else rows[0]  # (L,)
     if rows.ndim == 2 and not (rows == first).all():
         return None
     repeats = max(1, min(batch, block // length))  # sequences in a block
-    if repeats == 1 and first is default_positions(length):
-        return added[:length]  # token type 0 at positions 0..L-1: the table's first L rows
-    return np.take(added, np.tile(first, repeats), 0)
+    if leading and repeats == 1:
+        return added[:length]  # (L, E): a view, no lookup
+    if batch == 1:
+        return None
+    return np.take(added, np.tile(first, repeats), 0)  # (repeats * L, E)
 
 
 def project(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:
@@ -233,19 +235,20 @@ def affine_tiles(weights) -> tuple:
 
 
 def added_rows(weights, record: Derived, inputs, *, centered: bool) -> tuple:
-    """(table, rows): what each token adds to its word row, as one lookup, or (None, None).
-    The table holds the sum of every token-type row and every position row (T x P rows; T
-    or P rows where the family has one table); rows says which each token adds: (B, L), or
-    (L,) for every sequence (or the one sequence)."""
+    """(table, rows, leading): what each token adds to its word row, as one lookup, or
+    (None, None, False). The table holds the sum of every token-type row and every position
+    row (T x P rows; T or P rows where the family has one table); rows says which each token
+    adds: (B, L), or (L,) for every sequence (or the one sequence); leading: rows are 0..L-1."""
     types, positions = inputs.token_type_ids, inputs.position_ids
     if types is None and positions is None:
-        return None, None
+        return None, None, False
     table = added_table(weights, record.added, centered)
     if positions is None:
-        return table, types
-    if types is None or (positions is default_positions(len(positions)) and not types.any()):
-        return table, positions  # token type 0 (or none): the row is the position's
-    return table, types * weights.config.max_position_embeddings + positions  # (B, L)
+        return table, types, False
+    if types is None or (inputs.positions_from_zero and not types.any()):
+        # token type 0 (or none): the row is the position's
+        return table, positions, inputs.positions_from_zero
+    return table, types * weights.config.max_position_embeddings + positions, False  # (B, L)
 
 
 def added_table(weights, tables: dict, centered: bool) -> np.ndarray:

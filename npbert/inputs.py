@@ -5,7 +5,6 @@ is checked first. Each check raises InputError naming the value and where it is,
 "input_ids[1, 4] = -1 is out of range: word_embeddings has 30522 rows (ids 0..30521)".
 """
 
-import functools
 import operator
 from typing import NamedTuple
 
@@ -17,12 +16,13 @@ from npbert.errors import InputError
 
 class Inputs(NamedTuple):  # immutable, and made in a third of a frozen dataclass's time
     """Validated inputs of one call as intp arrays, the family's defaults filled in. Shapes as
-    given: (B, L), or (L,) for one sequence."""
+    given: (B, L), or (L,) for one sequence. A tuple of arrays: compare fields, not Inputs."""
 
     input_ids: np.ndarray  # (B, L)
     token_type_ids: np.ndarray | None  # (B, L); None where the family has no token-type table
     position_ids: np.ndarray | None  # (L,) shared by the batch, or (B, L); None without a table
     attention_mask: np.ndarray | None  # (B, L) of 0 and 1; None: every token is real
+    positions_from_zero: bool = False  # position_ids are the default 0..L-1 of each sequence
 
 
 def check_count(name: str, value) -> int:
@@ -101,6 +101,7 @@ def prepare_inputs(config, input_ids, token_type_ids, position_ids, attention_ma
         _token_types(config, ids, token_type_ids),
         _positions(config, ids, position_ids),
         _mask(attention_mask, ids),
+        position_ids is None and config.positions == "absolute",
     )
 
 
@@ -129,7 +130,7 @@ def _positions(config, input_ids, position_ids) -> np.ndarray | None:
                 f"input_ids has {length} tokens, more than max_position_embeddings "
                 f"({config.max_length})"
             )
-        return default_positions(length)
+        return absolute_position_ids(length)
     positions = as_id_array("position_ids", position_ids)
     if positions.shape not in ((length,), input_ids.shape):
         raise InputError(
@@ -138,15 +139,6 @@ def _positions(config, input_ids, position_ids) -> np.ndarray | None:
         )
     rows = config.max_position_embeddings
     return check_range("position_ids", positions, "position_embeddings", rows)
-
-
-@functools.lru_cache(maxsize=256)
-def default_positions(length: int) -> np.ndarray:
-    """absolute_position_ids(length), made once per length and read-only: npbert.fast knows
-    the default positions by identity, and adds rows 0..L-1 of its table without a lookup."""
-    positions = absolute_position_ids(length)  # (L,)
-    positions.flags.writeable = False
-    return positions
 
 
 def _padded(config, input_ids: np.ndarray) -> np.ndarray:

@@ -245,11 +245,19 @@ def test_default_positions_add_the_tables_first_rows_and_change_no_bit(name):
             assert np.shares_memory(plan.tile, plan.added)
 
 
-def test_default_positions_are_made_once_and_read_only():
-    from npbert.inputs import default_positions
+def test_texts_back_to_back_gather_their_rows_per_block_not_a_tile_as_big_as_the_output():
+    """A shard's texts run as one (N,) sequence: its added rows are gathered a block at a
+    time, never into one (N, E) tile; only the default positions are flagged as 0..L-1."""
+    from npbert.inputs import prepare_inputs
+    from npbert.ragged import prepare
 
-    positions = default_positions(9)
-    assert positions is default_positions(9)
-    np.testing.assert_array_equal(positions, np.arange(9))
-    with pytest.raises(ValueError, match="read-only"):
-        positions[0] = 3
+    weights = npbert.load_weights(DATA / "tiny-bert")
+    config = weights.config
+    lengths = [config.max_length] * 8  # N = 8 * 512 tokens, past any block
+    ids = np.full(sum(lengths), 7)
+    inputs = prepare(config, ids, np.zeros_like(ids), lengths)
+    assert not inputs.positions_from_zero
+    plan = fast.Plan.make(weights, fast.derived(weights), inputs, 1, len(ids), fast.BLOCK)
+    assert plan.tile is None and plan.rows.shape == (len(ids),)
+    assert prepare_inputs(config, ids[:9], None, None, None).positions_from_zero
+    assert not prepare_inputs(config, ids[:9], None, np.arange(9), None).positions_from_zero
