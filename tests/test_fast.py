@@ -253,7 +253,7 @@ def test_texts_back_to_back_gather_their_rows_per_block_not_a_tile_as_big_as_the
 
     weights = npbert.load_weights(DATA / "tiny-bert")
     config = weights.config
-    lengths = [config.max_length] * 8  # N = 8 * 512 tokens, past any block
+    lengths = [config.max_length] * 8  # N = 8 * 128 tokens, past any block
     ids = np.full(sum(lengths), 7)
     inputs = prepare(config, ids, np.zeros_like(ids), lengths)
     assert not inputs.positions_from_zero
