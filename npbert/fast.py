@@ -154,13 +154,13 @@ def added_tile(added: np.ndarray, rows: np.ndarray, leading: bool, batch: int, b
     rows as they lie. None for one sequence or sequences that differ: then each block gathers
     its own (a tile of one sequence would be as big as the output for texts back to back)."""
     length = rows.shape[-1]
-    first = rows if rows.ndim == 1 else rows[0]  # (L,)
-    if rows.ndim == 2 and not (rows == first).all():
-        return None
     repeats = max(1, min(batch, block // length))  # sequences in a block
     if leading and repeats == 1:
         return added[:length]  # (L, E): a view, no lookup
     if batch == 1:
+        return None
+    first = rows if rows.ndim == 1 else rows[0]  # (L,)
+    if rows.ndim == 2 and not (rows == first).all():
         return None
     return np.take(added, np.tile(first, repeats), 0)  # (repeats * L, E)
 
