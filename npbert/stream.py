@@ -146,6 +146,32 @@ def read_index(directory: Path, what: str) -> dict:
     return index
 
 
+def check_counts(index: dict, path: Path) -> None:
+    """The counts --resume goes on from, as commit_shard keeps them: whole numbers, each
+    shard starting where the last ended, the totals their sums, and as many texts consumed
+    as the shards hold. Else InputError: a damaged index would resume at the wrong place."""
+    consumed = index.get("consumed")
+    numbers = [index.get("texts"), index.get("tokens")]
+    numbers += [s.get(k) for s in index["shards"] for k in ("first", "texts", "tokens")]
+    if isinstance(consumed, dict):
+        numbers += [consumed.get("texts"), consumed.get("bytes")]
+    if not isinstance(consumed, dict) or not isinstance(consumed.get("sha256"), str):
+        raise InputError(f"--resume: {path} does not say what input it holds")
+    if not all(type(n) is int and n >= 0 for n in numbers):
+        raise InputError(f"--resume: {path} has a count that is not a whole number")
+    texts = [shard["texts"] for shard in index["shards"]]
+    firsts = [shard["first"] for shard in index["shards"]]
+    if (
+        firsts != [sum(texts[:i]) for i in range(len(texts))]
+        or not index["texts"] == sum(texts) == consumed["texts"]
+        or index["tokens"] != sum(shard["tokens"] for shard in index["shards"])
+    ):
+        raise InputError(
+            f"--resume: {path}'s counts disagree (its shards' texts and tokens do not add up "
+            "to its totals and to the input consumed): give a new directory"
+        )
+
+
 def start_index(directory: Path, settings: dict, resume: bool) -> dict:
     """A new index, or with --resume the existing one after checking it is the same job."""
     if directory.exists() and not directory.is_dir():
@@ -175,8 +201,14 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
             f"--resume: {directory} was written with other settings ({', '.join(changed)}); "
             "give a new directory"
         )
-    if not isinstance(index.get("consumed"), dict):
-        raise InputError(f"--resume: {directory / INDEX} does not say what input it holds")
+    check_counts(index, directory / INDEX)
+    for shard in index["shards"]:
+        for suffix in SHARD_FILES.values():
+            if not (directory / f"{shard['name']}{suffix}.npy").is_file():
+                raise InputError(
+                    f"--resume: {directory} has lost {shard['name']}{suffix}.npy, which its "
+                    f"{INDEX} lists: give a new directory"
+                )
     remove_pending(directory)
     return index
 

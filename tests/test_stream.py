@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY
 
 import npbert
 from npbert.cli import main
@@ -348,6 +349,77 @@ def test_resume_with_a_damaged_index_is_one_line(tmp_path, minilm_dir, content):
     resumed = _run(source, out, minilm_dir, "--resume")
     assert resumed.returncode == 2 and "index.json" in resumed.stderr, resumed.stderr
     assert resumed.stderr.count("\n") == 1 and "Traceback" not in resumed.stderr
+
+
+def _edit_bytes(index):
+    index["consumed"]["bytes"] = "x"
+
+
+def _edit_negative(index):
+    index["consumed"]["bytes"] = -5
+
+
+def _edit_float(index):
+    index["consumed"]["bytes"] = 4.0
+
+
+def _edit_no_bytes(index):
+    index["consumed"] = {}
+
+
+def _edit_texts(index):
+    index["texts"] = "many"
+
+
+def _edit_no_shards(index):  # with the counts left as they were: resume would overwrite
+    index["shards"] = []
+
+
+def _edit_no_shards_and_totals(index):
+    index["shards"], index["texts"], index["tokens"] = [], 0, 0
+
+
+def _edit_shard_start(index):
+    index["shards"][0]["first"] = 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_edit_bytes, "not a whole number"),
+        (_edit_negative, "not a whole number"),
+        (_edit_float, "not a whole number"),
+        (_edit_no_bytes, "does not say what input it holds"),
+        (_edit_texts, "not a whole number"),
+        (_edit_no_shards, "counts disagree"),
+        (_edit_no_shards_and_totals, "counts disagree"),
+        (_edit_shard_start, "counts disagree"),
+    ],
+)
+def test_resume_refuses_an_index_whose_counts_are_damaged(tmp_path, edit, message):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("one\ntwo\n")
+    assert _run(source, out, TINY).returncode == 0
+    shard = (out / "shard-00000.npy").read_bytes()
+    index = json.loads((out / "index.json").read_text())
+    edit(index)
+    (out / "index.json").write_text(json.dumps(index))
+    source.write_text("one\ntwo\nthree\n")
+    resumed = _run(source, out, TINY, "--resume")
+    assert resumed.returncode == 2 and message in resumed.stderr, resumed.stderr
+    assert resumed.stderr.count("\n") == 1 and "Traceback" not in resumed.stderr
+    assert (out / "shard-00000.npy").read_bytes() == shard  # left as it was
+
+
+def test_resume_refuses_a_directory_that_lost_a_shard_file(tmp_path):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("one\ntwo\n")
+    assert _run(source, out, TINY).returncode == 0
+    (out / "shard-00000.lengths.npy").unlink()
+    source.write_text("one\ntwo\nthree\n")
+    resumed = _run(source, out, TINY, "--resume")
+    assert resumed.returncode == 2, resumed.stderr
+    assert "has lost shard-00000.lengths.npy" in resumed.stderr, resumed.stderr
 
 
 @pytest.mark.parametrize(
