@@ -5,7 +5,7 @@ from npbert import load_weights, embed, Embedder
 
 from npbert.checkpoint import EmbeddingWeights
 from npbert.config import EmbeddingConfig
-from npbert.errors import InputError
+from npbert.errors import InputError, WorkerLost
 from npbert.model import Embedder, EmbedderOutput, embed, embed_stages, load_weights
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "EmbeddingConfig",
     "EmbeddingWeights",
     "InputError",
+    "WorkerLost",
     "embed",
     "embed_stages",
     "load_weights",

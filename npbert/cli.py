@@ -1,6 +1,7 @@
 """The `npbert` command: embed, explain, compare, vectors, inspect, fetch, positions.
 
-Bad input exits 2 with one line naming what is wrong; a traceback is a bug.
+Bad input exits 2 with one line naming what is wrong, a corpus worker lost exits 1 with one
+line; a traceback is a bug.
 """
 
 import argparse
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert import __version__
-from npbert.errors import InputError
+from npbert.errors import InputError, WorkerLost
 from npbert.npyfile import load_npy
 from npbert.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # an unreadable input or unwritable output file
         print(f"npbert: error: {error.strerror or error}: {error.filename or ''}", file=sys.stderr)
         return 2
+    except WorkerLost as error:
+        print(f"npbert: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("npbert: interrupted", file=sys.stderr)
         return 130

@@ -1,5 +1,10 @@
-"""The one exception npbert raises for bad input, so the CLI can tell it from a bug."""
+"""The exceptions npbert raises for what is not a bug, so the CLI can tell them from one."""
 
 
 class InputError(ValueError):
     """Bad input: a wrong id, shape, file or model. The message names what and where."""
+
+
+class WorkerLost(RuntimeError):
+    """A worker of the corpus job ended before its chunk was done (killed, out of memory):
+    the run stops, and the shards committed so far stay for --resume."""

@@ -34,7 +34,7 @@ import numpy as np
 
 from npbert import fast
 from npbert.atomic import is_temporary, write_atomically
-from npbert.errors import InputError
+from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count
 from npbert.model import Embedder
 from npbert.progress import Progress
@@ -303,11 +303,22 @@ class LocalEngine:
             for name, chunk in named:
                 in_flight.append((name, chunk, pool.submit(embed_chunk, directory, name, chunk)))
                 if len(in_flight) >= 2 * self.workers:
-                    name, chunk, future = in_flight.popleft()
-                    yield name, chunk, future.result()
+                    yield done(*in_flight.popleft())
             while in_flight:
-                name, chunk, future = in_flight.popleft()
-                yield name, chunk, future.result()
+                yield done(*in_flight.popleft())
+
+
+def done(name: str, chunk: Chunk, future) -> tuple[str, Chunk, int]:
+    """(name, chunk, its tokens) once its worker has written it; WorkerLost if it died."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return name, chunk, future.result()
+    except BrokenProcessPool:
+        raise WorkerLost(
+            "a worker process ended abruptly (killed, or out of memory?) and the run stopped "
+            f"before {name}: the shards before it are kept; run again with --resume to go on"
+        ) from None
 
 
 _job = None  # in a worker: (embedder, truncation, dtype), inherited through fork

@@ -1,5 +1,6 @@
 """npbert embed --input: a corpus streamed into shards, in bounded memory, safe to interrupt."""
 
+import functools
 import json
 import os
 import resource
@@ -14,6 +15,7 @@ import pytest
 from conftest import TINY
 
 import npbert
+from npbert import stream
 from npbert.cli import main
 from npbert.stream import read_corpus
 
@@ -409,6 +411,49 @@ def test_resume_refuses_an_index_whose_counts_are_damaged(tmp_path, edit, messag
     assert resumed.returncode == 2 and message in resumed.stderr, resumed.stderr
     assert resumed.stderr.count("\n") == 1 and "Traceback" not in resumed.stderr
     assert (out / "shard-00000.npy").read_bytes() == shard  # left as it was
+
+
+def _dies_on_its_second_shard(directory, name, chunk):
+    if name == "shard-00001":
+        os._exit(9)  # as kill -9 or the OOM killer would end it
+    return stream.embed_chunk.__wrapped__(directory, name, chunk)
+
+
+def test_a_worker_that_dies_stops_the_run_with_one_line_and_resume_goes_on(
+    tmp_path, capsys, monkeypatch
+):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("\n".join(corpus_lines(40)) + "\n")
+    dying = functools.wraps(stream.embed_chunk)(_dies_on_its_second_shard)
+    dying.__module__, dying.__qualname__ = __name__, "_dies_on_its_second_shard"
+    monkeypatch.setattr(stream, "embed_chunk", dying)  # the workers fork with it
+    argv = ["embed", "--input", str(source), "--out", str(out), "--model", str(TINY), "--truncate"]
+    code = main([*argv, "--shard-bytes", "200", "--workers", "2", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1 and "a worker process ended abruptly" in err and "--resume" in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    monkeypatch.undo()
+    assert main([*argv, "--shard-bytes", "200", "--workers", "2", "--quiet", "--resume"]) == 0
+    _same_as_fresh_in_process(tmp_path, source, out)
+
+
+def _same_as_fresh_in_process(tmp_path, source, out):
+    fresh = tmp_path / "fresh"
+    argv = [
+        "embed",
+        "--input",
+        str(source),
+        "--out",
+        str(fresh),
+        "--model",
+        str(TINY),
+        "--truncate",
+    ]
+    assert main([*argv, "--quiet"]) == 0
+    ours, theirs = list(read_corpus(out)), list(read_corpus(fresh))
+    assert len(ours) == len(theirs) == 40
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_resume_refuses_a_directory_that_lost_a_shard_file(tmp_path):
