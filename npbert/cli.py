@@ -211,7 +211,11 @@ def add_compare(commands) -> None:
         default=DEFAULT_RTOL,
         help="allowed difference relative to the reference (default: %(default)g)",
     )
-    compare.add_argument("--json", action="store_true", help="print the report as JSON")
+    compare.add_argument(
+        "--json",
+        action="store_true",
+        help='print the report as JSON (NaN and infinities as the strings "NaN", "Infinity")',
+    )
     compare.set_defaults(run=run_compare)
 
 
@@ -516,8 +520,25 @@ def run_compare(args) -> int:
         for dtype in (np.float64, np.float32)
     ]
     report = compare(candidate, *references, atol=args.atol, rtol=args.rtol)
-    print(json.dumps(report, indent=1) if args.json else format_report(report))
+    print(to_json(report) if args.json else format_report(report))
     return 0 if report["ok"] else 1
+
+
+def to_json(value) -> str:
+    """Standard JSON (RFC 8259), which has no NaN or infinity: those numbers (a candidate's
+    NaN, a relative error over a zero) go as the strings "NaN", "Infinity", "-Infinity",
+    which float() in Python and Number() in JavaScript read back."""
+
+    def finite(v):
+        if isinstance(v, dict):
+            return {key: finite(item) for key, item in v.items()}
+        if isinstance(v, list | tuple):
+            return [finite(item) for item in v]
+        if isinstance(v, float) and not math.isfinite(v):
+            return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
+        return v
+
+    return json.dumps(finite(value), indent=1, allow_nan=False)
 
 
 def run_vectors(args) -> int:
@@ -742,9 +763,7 @@ def run_positions(args) -> int:
     table = weights.position_embeddings[first:]
     figures = analyse(table, pretraining_length=args.pretraining_length)
     figures = {"model": model, "model_type": config.model_type, "first_row": first, **figures}
-    print(
-        json.dumps(figures, indent=1) if args.json else f"model: {model}\n{format_report(figures)}"
-    )
+    print(to_json(figures) if args.json else f"model: {model}\n{format_report(figures)}")
     if args.plot is None:
         return 0
     title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import math
 import shutil
 
 import numpy as np
@@ -330,6 +331,23 @@ def test_shapes_that_merely_broadcast_fail(tmp_path, capsys, tiny_reference, res
         "candidate_shape": list(candidate.shape),
         "expected_shape": [1, 4, 32],
     }
+
+
+def _refuse(constant):
+    raise AssertionError(f"not standard JSON: {constant}")
+
+
+def test_json_report_of_a_nan_candidate_is_standard_json(tmp_path, capsys, tiny_reference):
+    candidate, _ = tiny_reference
+    candidate = candidate.copy()
+    candidate[0, 1, 2] = np.nan
+    np.save(tmp_path / "c.npy", candidate)
+    code, out, _ = compare_text(capsys, tmp_path / "c.npy", "--json")
+    report = json.loads(out, parse_constant=_refuse)
+    embeddings = report["stages"]["embeddings"]
+    assert code == 1 and embeddings["ok"] is False
+    assert embeddings["worst"]["candidate"] == "NaN", embeddings
+    assert math.isinf(float(embeddings["max_abs"])), embeddings
 
 
 def test_complex_candidates_are_refused(tmp_path, capsys, tiny_reference):
