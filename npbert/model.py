@@ -1,6 +1,8 @@
 """npbert's public API: load the weights, embed ids, or embed text with an Embedder."""
 
 import os
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
@@ -254,10 +256,12 @@ class Embedder:
         single = isinstance(texts, str)
         if isinstance(pairs, str) and not single:
             raise InputError("pairs must be a list with one pair per text when texts is a list")
+        if single and not (pairs is None or isinstance(pairs, str)):
+            raise InputError(f"pairs must be a str for a single text, not {type(pairs).__name__}")
         if single:
             texts = [texts]
             pairs = None if pairs is None else [pairs]
-        texts, pairs = _listed(texts), _listed(pairs)
+        texts, pairs = _listed("texts", texts), _listed("pairs", pairs)
         encoding = self.encode(texts, pairs, truncation=truncation, max_length=max_length)
         arrays = (
             self.embed(encoding),
@@ -294,7 +298,8 @@ class Embedder:
                 "embed_each takes lists of texts (and pairs); embed one with embedder(text)"
             )
         batch_size = check_count("batch_size", batch_size)
-        encodings = self._tokenize(_listed(texts), _listed(pairs), truncation, max_length)
+        texts, pairs = _listed("texts", texts), _listed("pairs", pairs)
+        encodings = self._tokenize(texts, pairs, truncation, max_length)
         order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
         outputs: list = [None] * len(encodings)
         with tqdm(total=len(encodings), unit="text", disable=not show_progress_bar) as bar:
@@ -331,9 +336,16 @@ class Embedder:
         return padded
 
 
-def _listed(values) -> list | None:
-    """A list of the texts or pairs given as any sequence; None stays None."""
-    return None if values is None else list(values)
+def _listed(name: str, values) -> list | None:
+    """A list of the texts or pairs given as any ordered collection; None stays None. Bytes
+    would iterate as ints, a dict as its keys, a set in no order: refused by name."""
+    if values is None:
+        return None
+    if isinstance(values, bytes | bytearray | memoryview):
+        raise InputError(f"{name} is {type(values).__name__}: decode it to a str first")
+    if isinstance(values, Mapping | AbstractSet) or not isinstance(values, Iterable):
+        raise InputError(f"{name} must be a str or a list of str, not {type(values).__name__}")
+    return list(values)
 
 
 def _unpadded(batch, embeddings: np.ndarray, row: int) -> EmbedderOutput:

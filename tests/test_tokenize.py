@@ -80,11 +80,20 @@ def test_too_long_is_an_error_unless_truncation_is_asked(embedder):
         (["a", 3], None, r"texts\[1\] is int, not a string"),
         (["a", "b"], ["c"], "2 texts but 1 pairs"),
         (["a", "b"], "c", "one pair per text"),
+        (b"hello", None, "texts is bytes: decode it to a str first"),
+        (["a"], b"c", "pairs is bytes"),
+        (5, None, "texts must be a str or a list of str, not int"),
+        ({"a": 1}, None, "texts must be a str or a list of str, not dict"),
+        ({"a", "b"}, None, "not set"),
+        ("a", ["c"], "pairs must be a str for a single text, not list"),
     ],
 )
 def test_bad_text_input(embedder, texts, pairs, message):
     with pytest.raises(InputError, match=message):
         embedder(texts, pairs)
+    if not isinstance(texts, str) and not isinstance(pairs, str):  # embed_each's own message
+        with pytest.raises(InputError, match=message):
+            embedder.embed_each(texts, pairs)
 
 
 def test_directory_without_tokenizer_is_refused(tmp_path, minilm_dir):
@@ -280,6 +289,13 @@ def test_max_length_per_call_is_capped_by_the_model(embedder):
     assert capped.input_ids.shape == (1, 512)  # the model's limit
     with pytest.raises(InputError, match="more than the limit of 512"):
         embedder([LONG], max_length=10_000)
+
+
+@pytest.mark.parametrize(("texts", "max_length"), [(["hello world"], 1), (["a", "b"], 2)])
+def test_truncation_that_cannot_fit_the_special_tokens_says_so(embedder, texts, max_length):
+    with pytest.raises(InputError, match="too few for the tokenizer's own special tokens") as e:
+        embedder(texts[0], *texts[1:], max_length=max_length, truncation=True)
+    assert "ask for truncation" not in str(e.value)
 
 
 @pytest.mark.parametrize(
