@@ -244,7 +244,9 @@ def read_tensor(stored: StoredTensor) -> np.ndarray:
     top half of a float32, so widening it is a 16-bit shift, also exact.
     """
     if stored.dtype not in STORED:
-        raise InputError(f"{stored.file.name}: {stored.name} is {stored.dtype}, not a float tensor")
+        from npbert.header import not_float
+
+        raise not_float(stored.file, stored.name, stored.dtype)
     raw = np.asarray(np.memmap(stored.file, STORED[stored.dtype], "r", stored.offset, stored.shape))
     if stored.dtype == "BF16":
         return (raw.astype(np.uint32) << 16).view(np.float32)

@@ -147,10 +147,14 @@ def require_floats(tensors: dict[str, TensorHeader], names: Iterable[str], where
     """The tensors npbert reads must be float32, float16 or bfloat16."""
     for name in names:
         if tensors[name].dtype not in FLOAT_DTYPES:
-            raise InputError(
-                f"{where}: {name} is {tensors[name].dtype}; npbert reads embedding tensors "
-                f"stored as {', '.join(FLOAT_DTYPES)}"
-            )
+            raise not_float(where, name, tensors[name].dtype)
+
+
+def not_float(where, name: str, dtype: str) -> InputError:
+    return InputError(
+        f"{where}: {name} is {dtype}; npbert reads embedding tensors stored as "
+        f"{', '.join(FLOAT_DTYPES)}"
+    )
 
 
 def read_file_header(path: Path) -> tuple[int, dict[str, TensorHeader]]:

@@ -1,6 +1,7 @@
 """Reading the embedding tensors: names, shards, dtypes, and clear refusals."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -142,6 +143,18 @@ def test_tensor_shapes_that_disagree_are_refused(tmp_path):
     tensors["bert.embeddings.LayerNorm.beta"] = np.zeros(31, np.float32)
     make_checkpoint(tmp_path, tensors)
     with pytest.raises(InputError, match=r"LayerNorm.beta has shape \(31,\), expected \(32,\)"):
+        npbert.load_weights(tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32])
+def test_tensors_of_other_dtypes_are_refused_with_the_dtypes_npbert_reads(tmp_path, dtype):
+    tensors = renamed(lambda k: k)
+    name = "bert.embeddings.word_embeddings.weight"
+    tensors[name] = tensors[name].astype(dtype)
+    make_checkpoint(tmp_path, tensors)
+    stored = {np.float64: "F64", np.int32: "I32"}[dtype]
+    message = f"{tmp_path / 'model.safetensors'}: {name} is {stored}; npbert reads embedding"
+    with pytest.raises(InputError, match=re.escape(message) + " tensors stored as F32, F16, BF16"):
         npbert.load_weights(tmp_path)
 
 
