@@ -44,19 +44,33 @@ def is_temporary(path: Path) -> bool:
 
 
 def write_atomically(path: Path, write) -> None:
-    """write(file object) to a temporary file beside `path`, then rename it into place."""
+    """write(file object) to a temporary file beside `path`, then rename it into place. An
+    OSError names `path`, the file asked for, not the temporary the caller never saw."""
     path = Path(path)
-    remove_stale(path)
-    temporary, fd = _claim(path, lambda t: os.open(t, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    with _naming(path):
+        remove_stale(path)
+        temporary, fd = _claim(path, _create)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                write(f)
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)  # and with it the lock, once the temporary is renamed or removed
+
+
+def _create(temporary: Path) -> int:
+    return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
     try:
-        with os.fdopen(fd, "wb", closefd=False) as f:
-            write(f)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    finally:
-        os.close(fd)  # and with it the lock, once the temporary is renamed or removed
+        yield
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from error
 
 
 @contextmanager

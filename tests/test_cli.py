@@ -172,6 +172,13 @@ def test_out_naming_a_directory_is_one_line_that_names_it(capsys, tmp_path):
     assert err.count("\n") == 1 and not list((tmp_path / "d.npz").iterdir())
 
 
+def test_an_out_that_cannot_be_created_is_named_not_its_temporary(capsys):
+    target = "/proc/npbert-test.npz"  # a directory no file can be created in, even by root
+    code, _, err = run(capsys, "embed", "x", "--model", TINY, "--out", target)
+    assert code == 2 and err.endswith(f": {target}\n") and ".tmp" not in err, err
+    assert err.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     ("ids", "message"),
     [
