@@ -169,7 +169,7 @@ def from_cache(repo_id: str, revision: str | None, full: bool, access: Access) -
     commit = snapshot.name
     candidates = [snapshot] if full else [snapshot / EMBEDDINGS_DIR, snapshot]
     for directory in candidates:
-        if (directory / WEIGHTS_FILE).is_file() or (directory / INDEX_FILE).is_file():
+        if (directory / WEIGHTS_FILE).is_file() or holds_shards(directory, snapshot):
             problem = damage(directory)
             if problem is not None:
                 again = "npbert fetch" + (" --full" if directory == snapshot else "")
@@ -180,6 +180,21 @@ def from_cache(repo_id: str, revision: str | None, full: bool, access: Access) -
             source = _source(repo_id, revision, commit, partial=directory != snapshot)
             return Fetched(directory, source, 0, _weights_size(directory), True)
     return None
+
+
+def holds_shards(directory: Path, snapshot: Path) -> bool:
+    """Whether a cached index comes with the shards holding the embedding tensors. A fetch
+    that failed after downloading the index (an index that names a shard the repo lacks,
+    or puts a tensor in a shard without it) leaves the index alone: that is not a cached
+    checkpoint, and asking the Hub again reports what is wrong with the repo."""
+    if not (directory / INDEX_FILE).is_file():
+        return False
+    try:
+        weight_map = json.loads((directory / INDEX_FILE).read_text(encoding="utf-8"))["weight_map"]
+        names = embedding_tensors(weight_map, read_config(snapshot), INDEX_FILE).values()
+        return all((directory / weight_map[name]).is_file() for name in names)
+    except (ValueError, KeyError, TypeError, AttributeError):  # damage() says what is wrong
+        return True
 
 
 def damage(directory: Path) -> str | None:

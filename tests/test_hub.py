@@ -96,6 +96,13 @@ def repos(tmp_path_factory, minilm_dir, bert_base_dir):
     (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     for name in ("config.json", "vocab.txt"):
         shutil.copy(TINY / name, sharded)
+    lying = {  # indexes that put the embeddings in the shard without them, or in no shard
+        "lies": dict.fromkeys(tensors, "model-00001-of-00002.safetensors"),
+        "strangers": dict.fromkeys(tensors, "model-00009-of-00009.safetensors"),
+    }
+    for kind, lie in lying.items():
+        shutil.copytree(sharded, root / kind)
+        (root / kind / "model.safetensors.index.json").write_text(json.dumps({"weight_map": lie}))
     no_config = root / "no-config"
     no_config.mkdir()
     shutil.copy(TINY / "model.safetensors", no_config)
@@ -106,6 +113,8 @@ def repos(tmp_path_factory, minilm_dir, bert_base_dir):
         "test/gated": (TINY, {"gated": True}),
         "test/pickled": (pickled, {}),
         "test/sharded": (sharded, {}),
+        "test/index-lies": (root / "lies", {}),
+        "test/index-strangers": (root / "strangers", {}),
         "test/no-config": (no_config, {}),
         **{f"test/tiny-{family}": (DATA / f"tiny-{family}", {}) for family in FAMILY_REPOS},
     }
@@ -342,6 +351,20 @@ def test_sharded_repo_fetches_only_the_shard_with_the_embeddings(hub, tmp_path):
     assert not any("model-00001-of-00002" in p for p in paths)
     local = npbert.Embedder.from_pretrained(TINY)(["I am Sinan", "this is a test sentence"])
     np.testing.assert_array_equal(saved["embeddings"], local.embeddings)
+
+
+@pytest.mark.parametrize(
+    ("repo", "message"),
+    [
+        ("test/index-lies", "in model-00001-of-00002.safetensors, which lacks it"),
+        ("test/index-strangers", "names shards the repo does not have"),
+    ],
+)
+def test_a_repo_whose_index_is_wrong_says_so_on_every_run(hub, repo, message):
+    for _ in range(2):  # the first run leaves the index in the cache: not a cached checkpoint
+        for extra in ((), ("--full",)):
+            result = hub.run("embed", "x", "--model", repo, *extra)
+            assert message in one_line(result), result.stderr
 
 
 @pytest.mark.parametrize(
