@@ -6,6 +6,7 @@ is checked first. Each check raises InputError naming the value and where it is,
 """
 
 import operator
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -43,6 +44,7 @@ def _where(name: str, index: tuple) -> str:
 
 def as_id_array(name: str, ids) -> np.ndarray:
     """ids (array-like) -> an integer ndarray of ndim 1 or 2, or InputError."""
+    refuse_masked(name, ids)
     try:
         array = np.asarray(ids)
     except ValueError as error:  # ragged nested lists
@@ -59,6 +61,14 @@ def as_id_array(name: str, ids) -> np.ndarray:
     if array.ndim not in (1, 2):
         raise InputError(f"{name} must have shape (L,) or (B, L), got {array.shape}")
     return array
+
+
+def refuse_masked(name: str, values) -> None:
+    """np.asarray drops a masked array's mask and keeps what lies under it: refused. (No
+    masked array exists before numpy.ma is imported, and importing it costs a cold start.)"""
+    ma = sys.modules.get("numpy.ma")
+    if ma is not None and isinstance(values, ma.MaskedArray) and ma.is_masked(values):
+        raise InputError(f"{name} is a masked array with masked entries: give plain values")
 
 
 def check_range(name: str, ids: np.ndarray, table: str, rows: int) -> np.ndarray:
@@ -160,6 +170,7 @@ def _mask(attention_mask, input_ids) -> np.ndarray | None:
     """attention_mask: the same shape as input_ids, 1 for real tokens and 0 for padding."""
     if attention_mask is None:
         return None
+    refuse_masked("attention_mask", attention_mask)
     try:
         mask = np.asarray(attention_mask)
     except ValueError as error:  # ragged nested lists

@@ -39,6 +39,11 @@ def weights():
         ({"input_ids": [[2, 3], [2]]}, "input_ids is not a rectangular array"),
         ({"input_ids": 2}, r"shape \(L,\) or \(B, L\), got \(\)"),
         ({"input_ids": [[[2]]]}, r"shape \(L,\) or \(B, L\), got \(1, 1, 1\)"),
+        ({"input_ids": np.ma.masked_array([2, -1], [0, 1])}, "input_ids is a masked array"),
+        (
+            {"input_ids": [2, 3], "token_type_ids": np.ma.masked_array([0, 7], [0, 1])},
+            "token_type_ids is a masked array with masked entries",
+        ),
     ],
 )
 def test_bad_ids_are_refused_with_a_clear_message(weights, kwargs, message):
@@ -133,6 +138,7 @@ def test_a_numpy_integer_is_a_whole_number(weights):
         ([1.0, 0.5], r"attention_mask\[1\] = 0.5 is not 0 or 1"),
         (["1", "0"], "attention_mask must be an array of 0 and 1"),
         ([[1, 1], [1]], "attention_mask is not a rectangular array"),
+        (np.ma.masked_array([1, 7], [0, 1]), "attention_mask is a masked array"),
     ],
 )
 def test_bad_attention_masks_are_refused(weights, mask, message):
