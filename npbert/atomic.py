@@ -70,6 +70,8 @@ def _naming(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as error:
+        if error.errno is None:  # not the OS's: nothing to rename
+            raise
         raise OSError(error.errno, error.strerror, str(path)) from error
 
 

@@ -19,6 +19,7 @@ lists. `--resume` checks that the input still begins with what the shards hold a
 from there.
 """
 
+import itertools
 import json
 import multiprocessing
 import os
@@ -162,7 +163,7 @@ def check_counts(index: dict, path: Path) -> None:
     texts = [shard["texts"] for shard in index["shards"]]
     firsts = [shard["first"] for shard in index["shards"]]
     if (
-        firsts != [sum(texts[:i]) for i in range(len(texts))]
+        firsts != [0, *itertools.accumulate(texts)][: len(texts)]
         or not index["texts"] == sum(texts) == consumed["texts"]
         or index["tokens"] != sum(shard["tokens"] for shard in index["shards"])
     ):
