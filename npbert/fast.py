@@ -59,7 +59,12 @@ def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     note_tokens(weights, record, batch * length)
     out = out.reshape(batch, length, config.output_size)
     if project and config.projection == "after":
-        out = out @ weights.projection_weight.T + weights.projection_bias  # (B, L, H)
+        flat = out.reshape(batch * length, -1)  # (B * L, E)
+        projected = np.empty((batch * length, weights.projection_weight.shape[0]), np.float32)
+        project_rows(
+            flat, weights.projection_weight, projected
+        )  # a lone token rounds as in a batch
+        out = (projected + weights.projection_bias).reshape(batch, length, -1)  # (B, L, H)
     return out if inputs.input_ids.ndim == 2 else out[0]
 
 
@@ -126,7 +131,7 @@ class Plan:
                     center(x, weights.config.word_scale, stats[:n])
                 self.add(x, start, stop, scratch)
                 if inside:
-                    project(x, weights.projection_weight, out[start:stop])  # (n, H)
+                    project_rows(x, weights.projection_weight, out[start:stop])  # (n, H)
                     center(out[start:stop], 1.0, stats[:n])
                 normalize(out[start:stop], eps, *self.affine, stats[:n])
                 if self.mask is not None:
@@ -165,7 +170,7 @@ def added_tile(added: np.ndarray, rows: np.ndarray, leading: bool, batch: int, b
     return np.take(added, np.tile(first, repeats), 0)  # (repeats * L, E)
 
 
-def project(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:
+def project_rows(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:
     """out = x @ weight.T: (n, E) -> (n, H). A single row is multiplied as two copies of
     itself, as BLAS's matrix-vector product rounds differently from its matrix product: a
     token then comes out the same in a block of any size."""
@@ -381,8 +386,8 @@ def thread_pool(workers: int) -> ThreadPoolExecutor:
     with _lock:
         size = next(iter(_pool), 0)
         if size < workers:
-            if _pool:
-                _pool.pop(size).shutdown(wait=False)  # its threads end when their tasks do
+            if _pool:  # dropped, not shut down: a call that holds it may still submit to
+                _pool.pop(size)  # it; its threads end once it is garbage
             _pool[workers] = ThreadPoolExecutor(workers, thread_name_prefix="npbert")
         return next(iter(_pool.values()))
 

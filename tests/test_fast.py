@@ -261,3 +261,36 @@ def test_texts_back_to_back_gather_their_rows_per_block_not_a_tile_as_big_as_the
     assert plan.tile is None and plan.rows.shape == (len(ids),)
     assert prepare_inputs(config, ids[:9], None, None, None).positions_from_zero
     assert not prepare_inputs(config, ids[:9], None, np.arange(9), None).positions_from_zero
+
+
+@pytest.mark.parametrize("family", ["albert", "electra", "roformer"])
+def test_a_lone_token_projected_after_the_module_is_the_same_as_in_a_batch(family):
+    weights = npbert.load_weights(DATA / f"tiny-{family}")
+    alone = npbert.embed(weights, [7], project=True)  # (1, H): BLAS's matrix-vector product
+    batch = npbert.embed(weights, [[7, 0], [8, 9]], attention_mask=[[1, 0], [1, 1]], project=True)
+    np.testing.assert_array_equal(alone[0], batch[0, 0])
+
+
+def test_calls_that_grow_the_pool_at_once_all_succeed():
+    import threading
+
+    weights = npbert.load_weights(TINY)
+    ids = np.random.default_rng(0).integers(5, 87, (64, 64))  # 16 blocks: up to 16 threads
+    expected = npbert.embed(weights, ids, threads=1)
+    for _ in range(5):  # a race: several tries, each bounded
+        fast._pool.clear()
+        errors, start = [], threading.Barrier(8, timeout=30)
+
+        def call(threads, start=start, errors=errors):
+            start.wait()
+            try:
+                np.testing.assert_array_equal(npbert.embed(weights, ids, threads=threads), expected)
+            except Exception as error:
+                errors.append(repr(error))
+
+        callers = [threading.Thread(target=call, args=(2 + k,)) for k in range(8)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(60)
+        assert errors == [] and not any(c.is_alive() for c in callers), errors
