@@ -299,27 +299,33 @@ class LocalEngine:
         weights = self.embedder.weights
         if fast.may_precompute(weights):  # made once, shared copy-on-write by the workers
             fast.precompute(weights)
-        with worker_pool(self.workers, (self.embedder, self.truncation, self.dtype)) as pool:
-            in_flight = deque()
-            for name, chunk in named:
-                in_flight.append((name, chunk, pool.submit(embed_chunk, directory, name, chunk)))
-                if len(in_flight) >= 2 * self.workers:
-                    yield done(*in_flight.popleft())
-            while in_flight:
-                yield done(*in_flight.popleft())
+        from concurrent.futures.process import BrokenProcessPool
+
+        in_flight = deque()
+        try:  # a worker that dies breaks the pool: the next submit or result raises
+            with worker_pool(self.workers, (self.embedder, self.truncation, self.dtype)) as pool:
+                for name, chunk in named:
+                    future = pool.submit(embed_chunk, directory, name, chunk)
+                    in_flight.append((name, chunk, future))
+                    if len(in_flight) >= 2 * self.workers:
+                        yield done(in_flight)
+                while in_flight:
+                    yield done(in_flight)
+        except BrokenProcessPool:
+            stopped = f" before {in_flight[0][0]}" if in_flight else ""
+            raise WorkerLost(
+                "a worker process ended abruptly (killed, or out of memory?) and the run "
+                f"stopped{stopped}: the shards before it are kept; run again with --resume"
+            ) from None
 
 
-def done(name: str, chunk: Chunk, future) -> tuple[str, Chunk, int]:
-    """(name, chunk, its tokens) once its worker has written it; WorkerLost if it died."""
-    from concurrent.futures.process import BrokenProcessPool
-
-    try:
-        return name, chunk, future.result()
-    except BrokenProcessPool:
-        raise WorkerLost(
-            "a worker process ended abruptly (killed, or out of memory?) and the run stopped "
-            f"before {name}: the shards before it are kept; run again with --resume to go on"
-        ) from None
+def done(in_flight: deque) -> tuple[str, Chunk, int]:
+    """The first chunk in flight, (name, chunk, its tokens), once its worker has written
+    it; it stays in flight if that raises, so that the error can name it."""
+    name, chunk, future = in_flight[0]
+    tokens = future.result()
+    in_flight.popleft()
+    return name, chunk, tokens
 
 
 _job = None  # in a worker: (embedder, truncation, dtype), inherited through fork
