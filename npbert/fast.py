@@ -57,14 +57,11 @@ def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     out = empty((batch * length, config.output_size), plan.words)  # (B * L, E)
     run(plan.work(out, input_ids.reshape(-1)), plan.blocks, threads)
     note_tokens(weights, record, batch * length)
-    out = out.reshape(batch, length, config.output_size)
-    if project and config.projection == "after":
-        flat = out.reshape(batch * length, -1)  # (B * L, E)
+    if project and config.projection == "after":  # project_rows: one token rounds as in a batch
         projected = np.empty((batch * length, weights.projection_weight.shape[0]), np.float32)
-        project_rows(
-            flat, weights.projection_weight, projected
-        )  # a lone token rounds as in a batch
-        out = (projected + weights.projection_bias).reshape(batch, length, -1)  # (B, L, H)
+        project_rows(out, weights.projection_weight, projected)  # (B * L, H)
+        out = projected + weights.projection_bias
+    out = out.reshape(batch, length, -1)  # (B, L, E or H)
     return out if inputs.input_ids.ndim == 2 else out[0]
 
 

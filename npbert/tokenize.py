@@ -93,12 +93,17 @@ class Tokenizer:
         for i, encoding in enumerate(encodings):
             if max_length is not None and len(encoding.ids) > max_length:
                 name = names[i] if names else f"text {i}"
-                raise InputError(f"{name} has {len(encoding.ids)} tokens, " + (
-                    f"{max_length} at most allowed, too few for the tokenizer's own special "
-                    "tokens around it: truncation cannot make it fit" if cut else
-                    f"more than the limit of {max_length}; ask for truncation "
-                    f"(truncation=True, --truncate) to keep the first {max_length}"
-                ))  # fmt: skip
+                if cut:  # truncated, and still too long: the special tokens alone are
+                    why = (
+                        f"{max_length} at most allowed, too few for the tokenizer's own "
+                        "special tokens around it: truncation cannot make it fit"
+                    )
+                else:
+                    why = (
+                        f"more than the limit of {max_length}; ask for truncation "
+                        f"(truncation=True, --truncate) to keep the first {max_length}"
+                    )
+                raise InputError(f"{name} has {len(encoding.ids)} tokens, {why}")
         return encodings
 
     def pad(self, encodings: list) -> Encoding:
