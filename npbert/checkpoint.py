@@ -241,13 +241,20 @@ def read_tensor(stored: StoredTensor) -> np.ndarray:
 
     A float32 tensor is not copied at all: a lookup reads from disk only the rows it touches,
     and the OS shares the pages between processes. float16 widens exactly; bfloat16 is the
-    top half of a float32, so widening it is a 16-bit shift, also exact.
+    top half of a float32, so widening it is a 16-bit shift, also exact. A widened copy is
+    made read-only like the map: npbert.fast caches tables derived from these arrays, which an
+    edit in place would leave stale.
     """
     if stored.dtype not in STORED:
         from npbert.header import not_float
 
         raise not_float(stored.file, stored.name, stored.dtype)
     raw = np.asarray(np.memmap(stored.file, STORED[stored.dtype], "r", stored.offset, stored.shape))
+    if stored.dtype == "F32":
+        return raw
     if stored.dtype == "BF16":
-        return (raw.astype(np.uint32) << 16).view(np.float32)
-    return raw.astype(np.float32, copy=False)
+        wide = (raw.astype(np.uint32) << 16).view(np.float32)
+    else:
+        wide = raw.astype(np.float32)
+    wide.flags.writeable = False
+    return wide

@@ -104,6 +104,10 @@ def test_half_precision_checkpoints_load_as_float32(variant):
     weights = npbert.load_weights(DATA / variant)
     assert weights.word_embeddings.dtype == np.float32
     assert weights.layer_norm_weight.dtype == np.float32
+    # Read-only like float32's maps: npbert.fast's cached tables cannot go stale under an edit.
+    for name in ["word_embeddings", "position_embeddings", "layer_norm_weight"]:
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(weights, name)[0] = 1
 
 
 def test_bfloat16_widening_is_exact(reference):
