@@ -60,7 +60,26 @@ def as_id_array(name: str, ids) -> np.ndarray:
         raise InputError(f"{name} must be an integer array, got dtype {array.dtype}")
     if array.ndim not in (1, 2):
         raise InputError(f"{name} must have shape (L,) or (B, L), got {array.shape}")
+    if not isinstance(ids, np.ndarray) and array.min() <= 1 and _holds_bool(ids):
+        flat = np.array(ids, dtype=object)  # (B, L) or (L,), only to say where
+        index = tuple(np.argwhere(np.frompyfunc(_is_bool, 1, 1)(flat).astype(bool))[0])
+        raise InputError(f"{_where(name, index)} = {flat[index]} is a bool, not an integer id")
     return array
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, bool | np.bool_)
+
+
+def _holds_bool(values) -> bool:
+    """Whether nested lists hold a bool: np.asarray takes True for 1 among ints, so the
+    array cannot tell. Only lists whose ids include 0 or 1 are searched."""
+    if isinstance(values, np.ndarray):
+        return values.dtype.kind == "b"
+    if not isinstance(values, list | tuple):
+        return _is_bool(values)
+    kinds = set(map(type, values))  # one pass in C over a row of ints
+    return bool(kinds - {int}) and any(_holds_bool(v) for v in values if type(v) is not int)
 
 
 def refuse_masked(name: str, values) -> None:
