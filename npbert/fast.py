@@ -30,7 +30,8 @@ import math
 import os
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -358,11 +359,27 @@ def run(work, ranges: list, threads: int) -> None:
     atomic under the GIL.)"""
     threads = min(threads, len(ranges))
     share = iter(ranges)
-    pool = thread_pool(threads - 1) if threads > 1 else None
-    helpers = [pool.submit(work, share) for _ in range(threads - 1)]
-    work(share)  # this thread works too: one hand-off fewer than waiting for the pool
+    helpers = submit(work, share, threads - 1)
+    try:
+        work(share)  # this thread works too: one hand-off fewer than waiting for the pool
+    except BaseException:
+        deque(share, 0)  # the ranges not taken yet: dropped, so each helper stops after its
+        wait(helpers)  # block, and none is still writing when the caller sees the error
+        raise
     for helper in helpers:
         helper.result()
+
+
+def submit(work, share, helpers: int) -> list[Future]:
+    """work(share) on `helpers` threads of the pool, as many as it takes: at interpreter
+    exit (an atexit handler calling embed) it takes none, and this thread does it all."""
+    if helpers < 1:
+        return []
+    pool = thread_pool(helpers)
+    try:
+        return [pool.submit(work, share) for _ in range(helpers)]
+    except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+        return []
 
 
 def cpus() -> int:

@@ -294,3 +294,41 @@ def test_calls_that_grow_the_pool_at_once_all_succeed():
         for caller in callers:
             caller.join(60)
         assert errors == [] and not any(c.is_alive() for c in callers), errors
+
+
+def test_an_error_in_the_calling_threads_share_stops_and_awaits_the_helpers():
+    import threading
+    import time
+
+    caller, done = threading.get_ident(), []
+
+    def work(share):
+        for block in share:
+            if threading.get_ident() == caller:
+                raise MemoryError("the caller's block")
+            time.sleep(0.005)
+            done.append(block)
+
+    with pytest.raises(MemoryError, match="the caller's block"):
+        fast.run(work, list(range(200)), 2)
+    finished = len(done)
+    time.sleep(0.05)
+    assert len(done) == finished < 20  # the helper stopped early, and had ended by then
+
+
+def test_embed_from_an_atexit_handler_runs_on_the_calling_thread(tmp_path):
+    # At interpreter exit the pool takes no new work; the calling thread does it all.
+    import subprocess
+    import sys
+
+    script = tmp_path / "exit.py"
+    script.write_text(
+        "import atexit, numpy as np, npbert\n"
+        f"weights = npbert.load_weights({str(TINY)!r})\n"
+        "ids = np.ones((64, 64), np.int64)\n"
+        "expected = npbert.embed(weights, ids, threads=1)\n"
+        "same = lambda: np.array_equal(npbert.embed(weights, ids, threads=4), expected)\n"
+        "atexit.register(lambda: print(same()))\n"
+    )
+    ran = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "True\n", "")
