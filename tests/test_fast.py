@@ -47,6 +47,20 @@ def test_fast_path_equals_the_readable_one_on_random_ids(
     np.testing.assert_allclose(fast, readable, rtol=0, atol=FAST_TOLERANCE)
 
 
+@pytest.mark.parametrize("scale", [10.0, 1000.0])
+def test_the_tolerance_scales_with_the_outputs_size(models, scale):
+    # 2e-6 holds for outputs the size real checkpoints give (all-MiniLM-L6-v2's peak at 7);
+    # a larger gamma scales the rounding with it: two float32 ULPs of the largest output.
+    import dataclasses
+
+    weights = models["tiny"]
+    weights = dataclasses.replace(weights, layer_norm_weight=weights.layer_norm_weight * scale)
+    ids = np.random.default_rng(0).integers(5, 87, (16, 64))
+    readable = npbert.embed_stages(weights, ids)["embeddings"]
+    bound = 2 * np.spacing(np.abs(readable).max())
+    assert np.abs(npbert.embed(weights, ids) - readable).max() <= bound
+
+
 def test_fast_path_equals_the_readable_one_on_real_text(models, minilm_dir):
     embedder = npbert.Embedder.from_pretrained(minilm_dir)
     texts = [
