@@ -240,23 +240,27 @@ def test_bad_candidates_exit_2(tmp_path, capsys, name, content, message):
 
 
 def test_ulp_distance_of_torch_and_npbert_from_the_float64_reference(minilm, record):
-    torch_ulps, npbert_ulps = [], []
+    outputs, references = {"torch": [], "npbert": []}, []
     for name in ("minilm_full_length", "minilm_padded_batch", "minilm_pair"):
         arrays, _ = load_golden(name)
-        reference = npbert.embed(
-            minilm, arrays["input_ids"], arrays["token_type_ids"], dtype=np.float64
-        )
-        torch_ulps.append(ulps(arrays["embeddings"], reference).ravel())
-        ours = npbert.embed(minilm, arrays["input_ids"], arrays["token_type_ids"])
-        npbert_ulps.append(ulps(ours, reference).ravel())
-    for who, values in (("torch", torch_ulps), ("npbert", npbert_ulps)):
-        values = np.concatenate(values)
+        ids, types = arrays["input_ids"], arrays["token_type_ids"]
+        references.append(npbert.embed(minilm, ids, types, dtype=np.float64).ravel())
+        outputs["torch"].append(arrays["embeddings"].ravel())
+        outputs["npbert"].append(npbert.embed(minilm, ids, types).ravel())
+    reference = np.concatenate(references)
+    medians, worst = {}, {}
+    for who, output in outputs.items():
+        output = np.concatenate(output)
+        values = ulps(output, reference)
+        medians[who], worst[who] = np.median(values), np.abs(output - reference).max()
         record(
             f"{who} float32 output, ULPs from the float64 reference: median "
-            f"{np.median(values):.2f}, 99th percentile {np.percentile(values, 99):.1f}, "
-            f"max {values.max():.0f}"
+            f"{medians[who]:.2f}, 99th percentile {np.percentile(values, 99):.1f}, "
+            f"max {values.max():.0f}; max |diff| {worst[who]:.3g}"
         )
-        assert np.median(values) < 4
+    # The largest error is one draw: on these three cases npbert's is 2% above torch's, on
+    # the bench's larger samples below it (README, speed).
+    assert medians["npbert"] <= medians["torch"] and worst["npbert"] <= 1.1 * worst["torch"]
 
 
 def test_vectors_are_complete_and_consistent(tmp_path, capsys):
