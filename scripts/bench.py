@@ -441,6 +441,7 @@ def corpus_job(model: Path, count: int = 40000, rounds: int = 5, ray: bool = Fal
         }
         for _ in range(rounds):
             for name, (where, run) in contenders.items():
+                os.sync()  # untimed: no contender runs while the last one's shards still go out
                 seconds, tokens = run(sources[where])
                 times[name].append(seconds)
     median = {name: statistics.median(t) for name, t in times.items()}
