@@ -400,8 +400,8 @@ def transformers_corpus_job(model: Path, source: Path, batch: int = 64) -> tuple
 
 
 # The corpus job writes float32 shards (1.5 KiB a token for all-MiniLM-L6-v2): on a slow disk,
-# writing them is what two workers wait for. Timed again with the shards in memory (tmpfs),
-# so that the table shows both the workers' scaling and the disk's limit.
+# writing them can be what the workers wait for. Timed again with the shards in memory
+# (tmpfs), so that the table shows both the workers' scaling and the disk's part in it.
 MEMORY = Path("/dev/shm")
 
 
