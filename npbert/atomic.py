@@ -81,10 +81,12 @@ def building_directory(target: Path) -> Iterator[Path]:
     removed when it does not."""
     target = Path(target)
     remove_stale(target)
-    building, fd = _claim(target, _make_directory)
+    with _naming(target):
+        building, fd = _claim(target, _make_directory)
     try:
         yield building
-        building.rename(target)
+        with _naming(target):
+            building.rename(target)
     finally:
         shutil.rmtree(building, ignore_errors=True)
         os.close(fd)

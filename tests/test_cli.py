@@ -172,9 +172,16 @@ def test_out_naming_a_directory_is_one_line_that_names_it(capsys, tmp_path):
     assert err.count("\n") == 1 and not list((tmp_path / "d.npz").iterdir())
 
 
-def test_an_out_that_cannot_be_created_is_named_not_its_temporary(capsys):
-    target = "/proc/npbert-test.npz"  # a directory no file can be created in, even by root
-    code, _, err = run(capsys, "embed", "x", "--model", TINY, "--out", target)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("embed", "x", "--model", TINY, "--out", "/proc/npbert-test.npz"),
+        ("vectors", "--model", TINY, "--out", "/proc/npbert-test"),  # a directory of files
+    ],
+)
+def test_an_out_that_cannot_be_created_is_named_not_its_temporary(capsys, argv):
+    target = argv[-1]  # in /proc, where no file can be created, even by root
+    code, _, err = run(capsys, *argv)
     assert code == 2 and err.endswith(f": {target}\n") and ".tmp" not in err, err
     assert err.count("\n") == 1
 
