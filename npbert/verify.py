@@ -40,6 +40,8 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Another implementation's output: .npy (the embeddings), .npz or .safetensors
     (`embeddings` and any stage names), or .json (a nested list, or an object of them)."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"candidate {path} is a directory: give the output file")
     if not path.is_file():
         raise InputError(f"candidate {path}: no such file")
     suffix = path.suffix.lower()

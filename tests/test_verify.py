@@ -217,6 +217,8 @@ def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm
     ("name", "content", "message"),
     [
         ("c.txt", b"1 2 3", "use .npy, .npz, .safetensors or .json"),
+        ("c.npy", "missing", "c.npy: no such file"),
+        ("c.npy", "directory", "c.npy is a directory: give the output file"),
         ("c.npz", None, "no 'embeddings' array"),
         ("c.json", b'{"embeddings": [["a"]]}', "'embeddings' is not a numeric array"),
         ("c.json", b"{oops", "cannot read it"),
@@ -232,7 +234,9 @@ def test_bad_candidates_exit_2(tmp_path, capsys, name, content, message):
     path = tmp_path / name
     if content is None:
         np.savez(path, other=np.zeros(3))
-    else:
+    elif content == "directory":
+        path.mkdir()
+    elif content != "missing":
         path.write_bytes(content)
     code = main(["compare", str(path), "--model", str(TINY), "i am"])
     err = capsys.readouterr().err
