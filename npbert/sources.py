@@ -65,7 +65,11 @@ class Chunk:
 
 
 def input_files(source: str | os.PathLike, input_format: str | None) -> list[tuple[str, str]]:
-    """(path, format) of every file of the input, in order: a file, "-", or a directory."""
+    """(path, format) of every file of the input, in order: a file, "-", or a directory. The
+    format is input_format, or the file's extension (any case); another extension is refused
+    rather than read as text."""
+    if input_format is not None and input_format not in FORMATS.values():
+        raise InputError(f"input format {input_format!r}: use txt, jsonl or parquet")
     source = os.fspath(source)
     if source == "-":
         if input_format == "parquet":
@@ -73,14 +77,26 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
         return [("-", input_format or "txt")]
     path = Path(source)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix in FORMATS and p.name[0] != ".")
+        files = sorted(p for p in path.iterdir() if _format(p) and p.name[0] != ".")
         if not files:
             raise InputError(f"--input {source}: a directory with no .txt, .jsonl or .parquet file")
-    elif path.is_file():
+    elif path.exists():
         files = [path]
     else:
         raise InputError(f"--input {source}: No such file or directory")
-    return [(str(p), input_format or FORMATS.get(p.suffix, "txt")) for p in files]
+    for p in files:  # a FIFO or a device would be waited on, or read only once
+        if not p.is_file():
+            raise InputError(f"--input {p}: not a regular file")
+    if input_format is None and not _format(files[0]):
+        raise InputError(
+            f"--input {source}: {files[0].suffix or 'no'} extension; name it .txt, .jsonl or "
+            ".parquet, or give its format (--input-format)"
+        )
+    return [(str(p), input_format or _format(p)) for p in files]
+
+
+def _format(path: Path) -> str | None:
+    return FORMATS.get(path.suffix.lower())
 
 
 def total_size(files: list[tuple[str, str]]) -> int | None:
@@ -143,7 +159,7 @@ def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefi
     """Chunks of a text file: `shard_bytes` read, then on to the end of the line."""
     with _open(path) as stream:
         line, offset = _skip_lines(path, stream, consumed, prefix)
-        while data := stream.read(shard_bytes):
+        while data := _read_up_to(stream, shard_bytes):
             if not data.endswith(b"\n"):
                 data += stream.readline()
             texts = data.count(b"\n") + (not data.endswith(b"\n"))
@@ -154,6 +170,15 @@ def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefi
                 data if path == "-" else None,
             )  # fmt: skip
             line, offset = line + texts, offset + len(data)
+
+
+def _read_up_to(stream, size: int) -> bytes:
+    """stream.read(size) in blocks: read() allocates `size` bytes first, whatever the file."""
+    blocks = []
+    while size > 0 and (block := stream.read(min(size, BLOCK))):
+        blocks.append(block)
+        size -= len(block)
+    return b"".join(blocks)
 
 
 def _open(path: str):
@@ -220,17 +245,33 @@ def _parquet_file(path: str):
     return file, columns
 
 
-def _parquet_rows(file, columns: list[str], groups=None) -> Iterator[tuple]:
-    """(text, pair) of each row, pair None without a pair column."""
-    batches = (
-        file.iter_batches(columns=columns, batch_size=4096)
-        if groups is None
-        else file.iter_batches(columns=columns, batch_size=4096, row_groups=groups)
-    )
+def _parquet_rows(
+    path: str, file, columns: list[str], groups=(), first: int = 0
+) -> Iterator[tuple]:
+    """(text, pair) of each row (of `groups`, whose first row is `first`), pair None without
+    a pair column."""
+    batches = file.iter_batches(columns=columns, batch_size=4096, row_groups=groups or None)
+    row = first
     for batch in batches:
-        texts = batch.column(0).to_pylist()
-        pairs = batch.column(1).to_pylist() if len(columns) > 1 else [None] * len(texts)
+        try:
+            texts = batch.column(0).to_pylist()
+            pairs = batch.column(1).to_pylist() if len(columns) > 1 else [None] * len(texts)
+        except UnicodeDecodeError as error:  # a string column's bytes that are not UTF-8
+            where = f"{Path(path).name} row {row + _first_not_utf8(batch)}"
+            raise InputError(f"{where}: not UTF-8 text ({error.reason})") from None
         yield from zip(texts, pairs, strict=True)
+        row += batch.num_rows
+
+
+def _first_not_utf8(batch) -> int:
+    """The batch's first row with a value that does not decode (looked for only on the way
+    to an error, one value at a time)."""
+    for i in range(batch.num_rows):
+        try:
+            [column[i].as_py() for column in batch.columns]
+        except UnicodeDecodeError:
+            return i
+    return 0
 
 
 def row_bytes(text, pair) -> bytes:
@@ -243,7 +284,7 @@ def _parquet_chunks(path: str, shard_bytes: int, consumed: Consumed, prefix: Pre
     file, columns = _parquet_file(path)
     rows_total, size = file.metadata.num_rows, os.path.getsize(path)
     start, pending, pending_bytes = 0, [], 0
-    for row, (text, pair) in enumerate(_parquet_rows(file, columns)):
+    for row, (text, pair) in enumerate(_parquet_rows(path, file, columns)):
         data = row_bytes(text, pair)
         if prefix.left > 0:
             consumed.add(data, 1)
@@ -300,6 +341,8 @@ def _record(chunk: Chunk, number: int, line: bytes) -> Record:
         raise InputError(
             f"{where}: not UTF-8 text ({error.reason} at byte {error.start} of the line)"
         ) from None
+    if number == 1:  # a byte order mark, as Windows editors write: not text (utf-8-sig)
+        text = text.removeprefix("\ufeff")
     return _jsonl(where, text) if chunk.format == "jsonl" else Record(where, text)
 
 
@@ -343,7 +386,8 @@ def _parquet_records(chunk: Chunk) -> list[Record]:
             first = row if not groups else first
             groups.append(group)
         row += rows
-    rows = list(_parquet_rows(file, columns, groups))[chunk.start - first : chunk.stop - first]
+    rows = list(_parquet_rows(chunk.path, file, columns, groups, first))
+    rows = rows[chunk.start - first : chunk.stop - first]
     data = b"".join(row_bytes(text, pair) for text, pair in rows)
     if hashlib.sha256(data).hexdigest() != chunk.sha256:
         raise InputError(f"{chunk.name} changed while it was being embedded; run again")

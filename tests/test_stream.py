@@ -656,3 +656,76 @@ def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir,
     too_big = npbert.Embedder.from_pretrained(minilm_dir)
     embed_corpus(too_big, source, tmp_path / "too big", workers=1)
     assert fast.centered_words(too_big.weights) is None
+
+
+# --- what the input is taken for ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("files", "extra", "message"),
+    [
+        ({"c.csv": b"text\nhello\n"}, (), "c.csv: .csv extension; name it .txt, .jsonl or"),
+        ({"corpus": b"hello\n"}, (), "corpus: no extension"),
+        ({"c.jsonl": b'{"text": "a"}\n'}, ("--input-format", "csv"), "invalid choice: 'csv'"),
+    ],
+)
+def test_an_input_of_no_known_format_is_refused_not_read_as_text(tmp_path, files, extra, message):
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    result = _run(tmp_path / next(iter(files)), tmp_path / "o", TINY, *extra)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_extensions_are_matched_in_any_case(tmp_path, embedder):
+    from npbert.sources import input_files
+    from npbert.stream import embed_corpus
+
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "a.TXT").write_text("one\n")
+    (tmp_path / "dir" / "b.JSONL").write_text('{"text": "two"}\n')
+    assert [f for _, f in input_files(tmp_path / "dir", None)] == ["txt", "jsonl"]
+    with pytest.raises(npbert.InputError, match="input format 'csv': use txt, jsonl or parquet"):
+        input_files(tmp_path / "dir", "csv")
+    embed_corpus(embedder, tmp_path / "dir", tmp_path / "o")
+    for text, rows in zip(["one", "two"], read_corpus(tmp_path / "o"), strict=True):
+        np.testing.assert_array_equal(rows, embedder(text).embeddings)
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.jsonl"])
+def test_a_byte_order_mark_is_not_text(tmp_path, embedder, name):
+    from npbert.stream import embed_corpus
+
+    line = "hello" if name == "c.txt" else '{"text": "hello"}'
+    (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + f"{line}\n{line}\n".encode())
+    embed_corpus(embedder, tmp_path / name, tmp_path / "o")
+    first, second = read_corpus(tmp_path / "o")
+    np.testing.assert_array_equal(first, second)
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "c.txt")
+    argv = ("embed", "--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--model", TINY)
+    result = cli(*argv, timeout=60)
+    assert result.returncode == 2 and "c.txt: not a regular file" in result.stderr, result.stderr
+
+
+def test_a_huge_shard_size_reads_in_blocks(tmp_path, embedder):
+    from npbert.stream import embed_corpus
+
+    (tmp_path / "c.txt").write_text("one\ntwo\n")
+    index = embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", shard_bytes=10**19)
+    assert index["texts"] == 2 and len(index["shards"]) == 1
+
+
+def test_parquet_text_that_is_not_utf8_names_the_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = pa.array([b"fine"] * 5000 + [b"\xff\xfe"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"text": texts}), tmp_path / "c.parquet")
+    result = _run(tmp_path / "c.parquet", tmp_path / "o", TINY)
+    assert result.returncode == 2 and "c.parquet row 5000: not UTF-8 text" in result.stderr, (
+        result.stderr
+    )
+    assert result.stderr.count("\n") == 1
