@@ -91,8 +91,13 @@ class Tokenizer:
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise InputError(f"{self.name} cannot encode the texts: {first}") from None
         for i, encoding in enumerate(encodings):
+            name = names[i] if names else f"text {i}"
+            if cut and encoding.overflowing and (lost := self._emptied(encoding, inputs[i])):
+                raise InputError(
+                    f"{name}: truncation to {max_length} tokens leaves nothing of its "
+                    f"{' or '.join(lost)} but the special tokens: give a larger max_length"
+                )
             if max_length is not None and len(encoding.ids) > max_length:
-                name = names[i] if names else f"text {i}"
                 if cut:  # truncated, and still too long: the special tokens alone are
                     why = (
                         f"{max_length} at most allowed, too few for the tokenizer's own "
@@ -105,6 +110,17 @@ class Tokenizer:
                     )
                 raise InputError(f"{name} has {len(encoding.ids)} tokens, {why}")
         return encodings
+
+    def _emptied(self, truncated, item) -> list[str]:
+        """The sides of a truncated encoding ("text", "pair") that had tokens before and have
+        none now: every such text would embed alike, as its special tokens alone."""
+        pair = isinstance(item, tuple)
+        sides = {0, 1} if pair else {0}
+        if sides <= set(truncated.sequence_ids):
+            return []
+        whole = self.tokenizer.encode(*item) if pair else self.tokenizer.encode(item)
+        lost = (set(whole.sequence_ids) - set(truncated.sequence_ids)) & sides
+        return [("text", "pair")[side] for side in sorted(lost)]
 
     def pad(self, encodings: list) -> Encoding:
         """Encodings padded to the longest with the tokenizer's pad id: (B, L) arrays."""

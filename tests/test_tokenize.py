@@ -299,6 +299,28 @@ def test_truncation_that_cannot_fit_the_special_tokens_says_so(embedder, texts, 
 
 
 @pytest.mark.parametrize(
+    ("args", "max_length", "lost"),
+    [
+        (["hello world"], 2, "text"),
+        (["hello world", "foo bar"], 3, "text or pair"),
+        (["hello world", "foo bar"], 4, "text"),
+        (["", "foo bar"], 3, "pair"),
+    ],
+)
+def test_truncation_that_leaves_only_special_tokens_is_refused(embedder, args, max_length, lost):
+    # Every text would embed alike: [CLS] [SEP].
+    message = f"truncation to {max_length} tokens leaves nothing of its {lost} but the special"
+    with pytest.raises(InputError, match=message):
+        embedder(*args, max_length=max_length, truncation=True)
+
+
+def test_an_empty_text_is_not_emptied_by_truncation(embedder):
+    assert embedder("", max_length=2, truncation=True).tokens == ["[CLS]", "[SEP]"]
+    output = embedder("", "foo bar", max_length=4, truncation=True)
+    assert output.tokens == ["[CLS]", "[SEP]", "foo", "[SEP]"]
+
+
+@pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"batch_size": 0}, "batch_size must be a whole number of at least 1, got 0"),
