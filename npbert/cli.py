@@ -401,6 +401,10 @@ def run_embed(args) -> int:
 
     if args.input is not None:
         return run_embed_corpus(args)
+    given = [name for name, default in CORPUS_DEFAULTS.items() if getattr(args, name) != default]
+    if given:
+        option = "--" + given[0].replace("_", "-")
+        raise InputError(f"{option} goes with --input (a corpus); it does nothing here")
 
     if args.stages and (args.out is None or args.out.suffix != ".npz"):
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
@@ -422,6 +426,19 @@ def run_embed(args) -> int:
     return 0
 
 
+# The corpus options, and what each is when not given: given without --input, refused.
+CORPUS_DEFAULTS = {
+    "input_format": None,
+    "shard_bytes": 1 << 16,
+    "dtype": "float32",
+    "resume": False,
+    "workers": None,
+    "engine": "local",
+    "address": None,
+    "quiet": False,
+}
+
+
 def add_corpus_options(embed: argparse.ArgumentParser) -> None:
     """`embed --input`: a corpus streamed into a directory of shards, on this machine's cores
     or on a Ray cluster."""
@@ -439,7 +456,7 @@ def add_corpus_options(embed: argparse.ArgumentParser) -> None:
     corpus.add_argument(
         "--shard-bytes",
         type=count,
-        default=1 << 16,
+        default=CORPUS_DEFAULTS["shard_bytes"],
         metavar="N",
         help="bytes of input per shard (default: %(default)s, about 16k tokens of English "
         "text); memory use grows with it",
@@ -447,7 +464,7 @@ def add_corpus_options(embed: argparse.ArgumentParser) -> None:
     corpus.add_argument(
         "--dtype",
         choices=("float32", "float16"),
-        default="float32",
+        default=CORPUS_DEFAULTS["dtype"],
         help="of the embeddings written (default: %(default)s); float16 is half the size",
     )
     corpus.add_argument("--resume", action="store_true", help="continue an interrupted run")
@@ -460,7 +477,7 @@ def add_corpus_options(embed: argparse.ArgumentParser) -> None:
     corpus.add_argument(
         "--engine",
         choices=("local", "ray"),
-        default="local",
+        default=CORPUS_DEFAULTS["engine"],
         help="local worker processes or a Ray cluster (needs npbert[ray]) (default: %(default)s)",
     )
     corpus.add_argument(

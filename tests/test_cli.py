@@ -156,6 +156,9 @@ def test_inspect_lists_the_five_tensors(capsys):
         (["embed", "x", "--token-type-ids-file", "t.npy", "--model", TINY], "goes with --ids"),
         (["embed", "--ids-file", "/no/such.npy", "--model", TINY], "No such file"),
         (["embed", "x", "--model", TINY, "--revision", "main"], "revision applies to Hub"),
+        (["embed", "x", "--model", TINY, "--dtype", "float16"], "--dtype goes with --input"),
+        (["embed", "x", "--model", TINY, "--workers", "5"], "--workers goes with --input"),
+        (["embed", "x", "--model", TINY, "--engine", "ray"], "--engine goes with --input"),
         (["inspect", "./missing"], "no such checkpoint directory"),
     ],
 )
