@@ -103,7 +103,7 @@ def locate_checkpoint(
         if name not in headers[files[name]][1]:
             shard = files[name].name
             raise InputError(f"{directory / INDEX_FILE} puts {name} in {shard}, which lacks it")
-        stored[key] = _describe(files[name], name, *headers[files[name]])
+        stored[key] = describe(files[name], name, *headers[files[name]])
     check_shapes(stored, model_type, str(directory))
     return make_config(raw, model_type, {f: t.shape for f, t in stored.items()}, where), stored
 
@@ -226,7 +226,7 @@ def _header(path: Path) -> tuple[int, dict]:
     return read_file_header(path)
 
 
-def _describe(path: Path, name: str, data_start: int, tensors: dict) -> StoredTensor:
+def describe(path: Path, name: str, data_start: int, tensors: dict) -> StoredTensor:
     info = tensors[name]
     begin, end = info.data_offsets
     return StoredTensor(path, name, info.dtype, tuple(info.shape), data_start + begin, end - begin)

@@ -65,18 +65,47 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def _load_other(path: Path, suffix: str) -> dict:
-    """A .safetensors file's tensors (the library checks its header against the file), or
-    a .json file's arrays as nested lists."""
+    """A .safetensors file's tensors, or a .json file's arrays as nested lists."""
     from safetensors import SafetensorError
-    from safetensors.numpy import load_file
 
     try:
         if suffix == ".safetensors":
-            return load_file(str(path))
+            return _load_safetensors(path)
         data = json.loads(path.read_text(encoding="utf-8"))  # RecursionError when nested deep
+    except InputError:  # a ValueError, already saying what is wrong
+        raise
     except (SafetensorError, ValueError, OSError, RecursionError) as error:
         raise InputError(f"candidate {path}: cannot read it ({_first_line(error)})") from None
     return data if isinstance(data, dict) else {"embeddings": data}
+
+
+def _load_safetensors(path: Path) -> dict:
+    """The tensors of a .safetensors file, its header checked against the file: float16 and
+    bfloat16 (which NumPy lacks: a GPU's usual output) widened as a checkpoint's are, a dtype
+    NumPy cannot hold (float8) refused by name."""
+    from safetensors import safe_open
+
+    from npbert.checkpoint import STORED, describe, read_tensor
+    from npbert.header import read_file_header
+
+    try:
+        data_start, tensors = read_file_header(path)
+    except InputError as error:  # it names the file: say what the file is
+        raise InputError(f"candidate {error}") from None
+    arrays = {}
+    with safe_open(str(path), "numpy") as file:
+        for name, info in tensors.items():
+            if info.dtype in STORED:
+                arrays[name] = read_tensor(describe(path, name, data_start, tensors))
+                continue
+            try:
+                arrays[name] = file.get_tensor(name)
+            except (TypeError, AttributeError):  # NumPy has no such dtype
+                raise InputError(
+                    f"candidate {path}: '{name}' is {info.dtype}, which npbert cannot read; "
+                    "give float64, float32, float16 or bfloat16"
+                ) from None
+    return arrays
 
 
 def _first_line(error: Exception) -> str:

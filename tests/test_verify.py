@@ -4,6 +4,7 @@ import hashlib
 import json
 import math
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -403,6 +404,38 @@ def deep_json(depth: int) -> bytes:
     return b"[" * depth + b"1.0" + b"]" * depth
 
 
+def raw_safetensors(path: Path, dtype: str, array: np.ndarray) -> None:
+    """One tensor `embeddings` of `dtype` holding `array`'s bytes, as safetensors lays it out."""
+    data = array.tobytes()
+    header = {
+        "embeddings": {"dtype": dtype, "shape": list(array.shape), "data_offsets": [0, len(data)]}
+    }
+    raw = json.dumps(header).encode()
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+
+
+def test_a_bfloat16_candidate_is_widened_not_refused(tmp_path, capsys, minilm_dir):
+    # A GPU implementation's usual output; NumPy has no bfloat16.
+    arrays, _ = load_golden("minilm_seed1")
+    bits = (arrays["embeddings"].view(np.uint32) >> 16).astype(np.uint16)  # truncated to bf16
+    raw_safetensors(tmp_path / "c.safetensors", "BF16", bits)
+    ids, types = arrays["input_ids"], arrays["token_type_ids"]
+    code, report, _ = compare(capsys, tmp_path / "c.safetensors", minilm_dir, ids, types, tmp_path)
+    widened = (bits.astype(np.uint32) << 16).view(np.float32)
+    reference = npbert.embed(npbert.load_weights(minilm_dir), ids, types, dtype=np.float64)
+    assert code == 1  # bfloat16 keeps 8 bits: far outside 1e-5
+    assert report["stages"]["embeddings"]["max_abs"] == pytest.approx(
+        np.abs(widened - reference).max()
+    )
+
+
+def test_a_float8_candidate_is_refused_by_name(tmp_path, capsys):
+    raw_safetensors(tmp_path / "c.safetensors", "F8_E4M3", np.zeros((1, 4, 32), np.uint8))
+    code, _, err = compare_text(capsys, tmp_path / "c.safetensors")
+    assert code == 2 and "'embeddings' is F8_E4M3, which npbert cannot read" in err, err
+    assert err.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
@@ -412,7 +445,7 @@ def deep_json(depth: int) -> bytes:
         ("c.json", b'{"embeddings": ' + deep_json(100_000) + b"}", "cannot read it"),
         ("c.json", b"[[" + b"9" * 400 + b"]]", "'embeddings' is not a numeric array"),
         ("c.json", b"[[" + b"9" * 5000 + b"]]", "cannot read it"),  # past Python's digit limit
-        ("c.safetensors", b"\x10" + b"\0" * 7 + b"{}", "cannot read it"),
+        ("c.safetensors", b"\x10" + b"\0" * 7 + b"{}", "c.safetensors: the header claims 16"),
         ("c.npz", b"PK\x05\x06" + b"\0" * 18, "no 'embeddings' array"),  # an empty archive
         ("c.npz", b"PK\x03\x04garbage", "not a readable .npz archive"),
     ],
