@@ -640,14 +640,14 @@ def summary(weights, embeddings: np.ndarray, tokens, texts, ids=None) -> str:
 
 
 def run_explain(args) -> int:
-    from npbert.explain import TOLERANCE, explain
+    from npbert.explain import explain
     from npbert.model import Embedder
 
     embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
     pairs = None if args.pair is None else [args.pair]
     encoding = embedder.encode([args.text], pairs, truncation=args.truncate)
     print(f"model: {embedder.weights.source.get('model')}")
-    text, diff = explain(
+    text, equal = explain(
         embedder.weights,
         encoding.tokens[0],
         encoding.input_ids[0],
@@ -655,7 +655,7 @@ def run_explain(args) -> int:
         encoding.attention_mask[0],
     )
     print(text)
-    return 0 if diff <= TOLERANCE else 1
+    return 0 if equal else 1
 
 
 def run_inspect(args) -> int:

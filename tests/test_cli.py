@@ -120,6 +120,23 @@ def test_explain_walks_through_and_checks(capsys, minilm_dir):
     assert diff and float(diff[1]) <= 2e-6  # the fast path's tolerance (npbert.fast)
 
 
+def test_explain_checks_large_outputs_in_float32_steps(capsys, tmp_path):
+    # gamma x 300: outputs of a few hundred, where 1e-5 is less than one float32 step.
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tensors = load_file(str(tmp_path / "m" / "model.safetensors"))
+    tensors["bert.embeddings.LayerNorm.gamma"] *= 300
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    text = "i am sinan and this is a longer text about the layer"
+    code, stdout, _ = run(capsys, "explain", text, "--model", tmp_path / "m")
+    diff = re.search(r"max \|diff\| = (\S+) \(equal within (\S+)\)", stdout)
+    assert code == 0 and diff, stdout.splitlines()[-1]
+    assert 1e-5 < float(diff[2]) < 2e-3
+
+
 def test_explain_row_values_are_the_weights(capsys):
     from npbert.explain import format_row
 
