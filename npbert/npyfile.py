@@ -43,9 +43,20 @@ def check_header(stream: BinaryIO, size: int, where: str) -> None:
         )
 
 
+def regular_file(path: str | os.PathLike, where: str) -> Path:
+    """path, if it is a file: a directory, a FIFO (which would be waited on) or a device is
+    refused by name."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{where} {path} is a directory: give a file")
+    if path.exists() and not path.is_file():
+        raise InputError(f"{where} {path}: not a regular file")
+    return path
+
+
 def load_npy(path: str | os.PathLike, where: str) -> np.ndarray:
     """One array from a .npy file, after checking its header against the file's size."""
-    path = Path(path)
+    path = regular_file(path, where)
     with open(path, "rb") as f:
         if f.read(4) in ZIP_STARTS:
             raise InputError(f"{where} {path}: an .npz archive; give one array as .npy")
@@ -58,7 +69,7 @@ def load_npy(path: str | os.PathLike, where: str) -> np.ndarray:
 def load_npz(path: str | os.PathLike, where: str) -> dict[str, np.ndarray]:
     """Every array of an .npz archive, by name, after checking each header against the size
     the archive gives its member."""
-    path = Path(path)
+    path = regular_file(path, where)
     try:
         with zipfile.ZipFile(path) as archive:
             for member in archive.infolist():

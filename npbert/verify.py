@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert.errors import InputError
-from npbert.npyfile import load_npy, load_npz
+from npbert.npyfile import load_npy, load_npz, regular_file
 
 # Every stage name a family may have (npbert.embedding), for reading a candidate's arrays.
 STAGES = (
@@ -39,9 +39,7 @@ DEFAULT_RTOL = 0.0
 def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Another implementation's output: .npy (the embeddings), .npz or .safetensors
     (`embeddings` and any stage names), or .json (a nested list, or an object of them)."""
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(f"candidate {path} is a directory: give the output file")
+    path = regular_file(path, "candidate")
     if not path.is_file():
         raise InputError(f"candidate {path}: no such file")
     suffix = path.suffix.lower()

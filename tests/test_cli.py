@@ -172,6 +172,8 @@ def test_inspect_lists_the_five_tensors(capsys):
         (["embed", "x", "--ids-file", "ids.npy", "--model", TINY], "not both"),
         (["embed", "x", "--token-type-ids-file", "t.npy", "--model", TINY], "goes with --ids"),
         (["embed", "--ids-file", "/no/such.npy", "--model", TINY], "No such file"),
+        (["embed", "--ids-file", "/tmp", "--model", TINY], "--ids-file /tmp is a directory"),
+        (["embed", "--ids-file", "/dev/null", "--model", TINY], "/dev/null: not a regular file"),
         (["embed", "x", "--model", TINY, "--revision", "main"], "revision applies to Hub"),
         (["embed", "x", "--model", TINY, "--dtype", "float16"], "--dtype goes with --input"),
         (["embed", "x", "--model", TINY, "--workers", "5"], "--workers goes with --input"),

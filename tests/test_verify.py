@@ -3,6 +3,7 @@
 import hashlib
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -219,7 +220,8 @@ def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm
     [
         ("c.txt", b"1 2 3", "use .npy, .npz, .safetensors or .json"),
         ("c.npy", "missing", "c.npy: no such file"),
-        ("c.npy", "directory", "c.npy is a directory: give the output file"),
+        ("c.npy", "directory", "c.npy is a directory: give a file"),
+        ("c.npy", "fifo", "c.npy: not a regular file"),
         ("c.npz", None, "no 'embeddings' array"),
         ("c.json", b'{"embeddings": [["a"]]}', "'embeddings' is not a numeric array"),
         ("c.json", b"{oops", "cannot read it"),
@@ -237,6 +239,8 @@ def test_bad_candidates_exit_2(tmp_path, capsys, name, content, message):
         np.savez(path, other=np.zeros(3))
     elif content == "directory":
         path.mkdir()
+    elif content == "fifo":  # would be waited on for a writer
+        os.mkfifo(path)
     elif content != "missing":
         path.write_bytes(content)
     code = main(["compare", str(path), "--model", str(TINY), "i am"])
