@@ -13,6 +13,8 @@ npbert.fast computes each token the same way whatever surrounds it, so a text's 
 are bit for bit those of the text embedded alone (tests/test_stream.py checks it).
 """
 
+from itertools import chain
+
 import numpy as np
 
 from npbert import fast
@@ -59,8 +61,11 @@ def embed_encodings(weights, encodings: list, *, threads: int | None = 1) -> dic
     """tokenizers Encodings (unpadded) -> a shard's arrays, the texts back to back:
     embeddings (N, E) float32, input_ids and token_type_ids (N,) int64, lengths (n,) int64."""
     lengths = np.array([len(encoding.ids) for encoding in encodings], dtype=np.int64)
-    input_ids = np.concatenate([encoding.ids for encoding in encodings]).astype(np.int64)
-    token_type_ids = np.concatenate([e.type_ids for e in encodings]).astype(np.int64)
+    count = int(lengths.sum())  # fromiter: twice as fast as concatenate, and takes no texts
+    input_ids = np.fromiter(chain.from_iterable(e.ids for e in encodings), np.int64, count)
+    token_type_ids = np.fromiter(
+        chain.from_iterable(e.type_ids for e in encodings), np.int64, count
+    )
     if len(input_ids) == 0:  # only texts a tokenizer without special tokens made nothing of
         embeddings = np.empty((0, weights.config.output_size), np.float32)
     else:

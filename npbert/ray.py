@@ -76,14 +76,13 @@ class Embed:
         if "text" not in batch:
             raise InputError(f"the dataset has no 'text' column (its columns: {', '.join(batch)})")
         arrays = shard_arrays(self.embedder, _records(batch), self.truncation, self.dtype)
-        ends = np.cumsum(arrays["lengths"])[:-1]
-        return {
-            **batch,
-            "embeddings": _ragged(np.split(arrays["embeddings"], ends)),
-            "input_ids": _ragged(np.split(arrays["input_ids"], ends)),
-            "token_type_ids": _ragged(np.split(arrays["token_type_ids"], ends)),
-            "lengths": arrays["lengths"],
+        lengths = arrays["lengths"]
+        ends = np.cumsum(lengths)[:-1]
+        split = {  # np.split of no texts would still give one piece
+            key: _ragged(np.split(arrays[key], ends) if len(lengths) else [])
+            for key in ("embeddings", "input_ids", "token_type_ids")
         }
+        return {**batch, **split, "lengths": lengths}
 
 
 def _records(batch: dict[str, np.ndarray]) -> list[Record]:
@@ -94,7 +93,9 @@ def _records(batch: dict[str, np.ndarray]) -> list[Record]:
     for where, text, pair in zip(wheres, texts, pairs, strict=True):
         if not isinstance(text, str):
             raise InputError(f"{where}: 'text' is {type(text).__name__}, not a string")
-        records.append(Record(str(where), text, None if pair is None else str(pair)))
+        if pair is not None and not isinstance(pair, str):  # str() made b"x" into "b'x'"
+            raise InputError(f"{where}: 'pair' is {type(pair).__name__}, not a string or None")
+        records.append(Record(str(where), text, pair))
     return records
 
 

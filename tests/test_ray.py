@@ -191,3 +191,19 @@ def test_a_dataset_without_text_is_an_input_error(cluster, minilm_dir):
     embedded = npbert.ray.embed_dataset(dataset, minilm_dir, actors=1, cpus_per_actor=0.5)
     with pytest.raises(Exception, match="no 'text' column \\(its columns: body\\)"):
         embedded.take_all()
+
+
+def test_embed_takes_an_empty_batch_and_refuses_a_pair_that_is_not_a_string():
+    # Called as Ray Data calls it, on numpy batches; no cluster needed.
+    from conftest import TINY
+
+    from npbert.ray import Embed
+
+    embed = Embed(TINY)
+    empty = embed({"text": np.array([], object)})
+    assert {key: len(column) for key, column in empty.items()} == dict.fromkeys(empty, 0)
+    for pair in [b"b", 5, float("nan")]:
+        with pytest.raises(npbert.InputError, match="text 0 of its batch: 'pair' is"):
+            embed({"text": np.array(["a"], object), "pair": np.array([pair], object)})
+    both = embed({"text": np.array(["a", "b"], object), "pair": np.array([None, "c"], object)})
+    assert list(both["lengths"]) == [3, 5]
