@@ -196,7 +196,10 @@ def max_length(raw, family, positions, padding_idx, where) -> int | None:
     """Tokens a sequence may have: the position table's rows (RoBERTa: minus padding_idx + 1,
     so 512 of 514), or the model's stated limit where positions are rotary."""
     if positions is None:
-        return _integer(raw, family.max_length_key, where)
+        limit = _integer(raw, family.max_length_key, where)
+        if limit == 0:
+            raise InputError(f"{where}: {family.max_length_key} is 0: no text would fit")
+        return limit
     return positions if padding_idx is None else positions - padding_idx - 1
 
 

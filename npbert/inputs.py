@@ -162,9 +162,9 @@ def _positions(config, input_ids, position_ids) -> np.ndarray | None:
         return absolute_position_ids(length)
     positions = as_id_array("position_ids", position_ids)
     if positions.shape not in ((length,), input_ids.shape):
+        shapes = f"({length},)" + (f" or {input_ids.shape}" if input_ids.ndim == 2 else "")
         raise InputError(
-            f"position_ids has shape {positions.shape}; it must be ({length},) or "
-            f"{input_ids.shape} like input_ids"
+            f"position_ids has shape {positions.shape}; it must be {shapes} like input_ids"
         )
     rows = config.max_position_embeddings
     return check_range("position_ids", positions, "position_embeddings", rows)

@@ -124,6 +124,18 @@ def test_nomic_bert_with_rotary_positions_and_post_norm_loads(tmp_path):
     assert npbert.load_weights(tmp_path).config.model_type == "nomic_bert"
 
 
+@pytest.mark.parametrize(("name", "key"), [("modernbert", "max_position_embeddings"),
+                                           ("nomic-bert", "n_positions")])  # fmt: skip
+def test_a_rotary_model_whose_limit_is_zero_is_refused(tmp_path, name, key):
+    # Without a position table the config's limit is the only one: 0 would fit no text.
+    source = TINY.parent / f"tiny-{name}"
+    shutil.copytree(source, tmp_path, dirs_exist_ok=True)
+    raw = json.loads((source / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(raw | {key: 0}))
+    with pytest.raises(InputError, match=f"{key} is 0: no text would fit"):
+        npbert.load_weights(tmp_path)
+
+
 def test_every_refused_model_type_says_why():
     assert set(REFUSED) >= {"xlm", "mobilebert"}
     assert not set(REFUSED) & set(FAMILIES)

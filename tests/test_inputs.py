@@ -28,6 +28,7 @@ def weights():
         ({"input_ids": [2] * 129}, r"129 tokens, more than max_position_embeddings \(128\)"),
         ({"input_ids": [2, 3], "token_type_ids": [0, 0, 0]}, r"token_type_ids has shape \(3,\)"),
         ({"input_ids": [[2, 3]], "position_ids": [0, 1, 2]}, r"position_ids has shape \(3,\)"),
+        ({"input_ids": [2, 3], "position_ids": [[0, 1]]}, r"must be \(2,\) like input_ids"),
         ({"input_ids": [2.0, 3.5]}, r"input_ids\[1\] = 3.5 is not an integer id"),
         ({"input_ids": [2.0, np.nan]}, r"input_ids\[1\] = nan is not an integer id"),
         ({"input_ids": [2.0, np.inf]}, r"input_ids\[1\] = inf is not an integer id"),
