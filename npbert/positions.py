@@ -345,6 +345,11 @@ def _report_rows(figures: dict) -> list[tuple[str, object, str]]:
     """(label, figure of one table -> value, format) for each line of the report's table."""
     num_positions, length = figures["shape"][0], figures["pretraining_length"]
     distances = [d for d, _ in figures["tables"]["model"]["similarity"]["at_distance"]]
+    last_pretrained = (
+        f"row norm, position {length - 1}",
+        lambda t: t["norms"]["last_within_pretraining"],
+        "{:.3f}",
+    )
     rows = [
         ("R^2 by the sinusoids, adjusted", lambda t: t["fit"]["r2_adjusted"], "{:.3f}"),
         (f"  raw ({figures['basis_rank']} degrees of freedom)", lambda t: t["fit"]["r2"], "{:.3f}"),
@@ -369,11 +374,7 @@ def _report_rows(figures: dict) -> list[tuple[str, object, str]]:
         ),
         (f"cosine, {num_positions // 2}+ apart (mean)", lambda t: t["similarity"]["far"], "{:.3f}"),
         ("row norm, position 0", lambda t: t["norms"]["first"], "{:.3f}"),
-        (
-            f"row norm, position {length - 1}",
-            lambda t: t["norms"]["last_within_pretraining"],
-            "{:.3f}",
-        ),
+        *([last_pretrained] if length < num_positions else []),  # unless it is the last
         (f"row norm, position {num_positions - 1}", lambda t: t["norms"]["last"], "{:.3f}"),
         ("row norm, median", lambda t: t["norms"]["median"], "{:.3f}"),
         (

@@ -173,6 +173,16 @@ def test_report_prints_the_three_tables_and_the_verdict(capsys, minilm_dir):
     assert "verdict: not sinusoidal" in out and "Nearby positions are alike" in out
 
 
+@pytest.mark.parametrize(("length", "rows"), [("100", 2), ("512", 1)])
+def test_the_last_pretrained_position_is_a_row_of_its_own_unless_it_is_the_last(
+    capsys, minilm_dir, length, rows
+):
+    code, out, _ = run(capsys, "positions", "--model", minilm_dir, "--pretraining-length", length)
+    assert code == 0
+    assert out.count("row norm, position 511") == 1
+    assert len([line for line in out.splitlines() if "row norm, position " in line]) == rows + 1
+
+
 def test_plot_is_written_and_reads_back(tmp_path, capsys, minilm_dir):
     from matplotlib.image import imread
 
