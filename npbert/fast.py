@@ -363,25 +363,37 @@ def run(work, ranges: list, threads: int) -> None:
     share = iter(ranges)
     helpers = submit(work, share, threads - 1)
     try:
-        work(share)  # this thread works too: one hand-off fewer than waiting for the pool
-    except BaseException:
-        deque(share, 0)  # the ranges not taken yet: dropped, so each helper stops after its
-        wait(helpers)  # block, and none is still writing when the caller sees the error
-        raise
+        stopping(work, share)  # this thread works too: one hand-off fewer than waiting
+    finally:
+        wait(helpers)  # every thread done, error or not: none still writes when this returns
     for helper in helpers:
         helper.result()
 
 
+def stopping(work, share) -> None:
+    """work(share); on an error, the ranges no thread has taken yet are dropped, so that the
+    other threads stop after their block."""
+    try:
+        work(share)
+    except BaseException:
+        deque(share, 0)
+        raise
+
+
 def submit(work, share, helpers: int) -> list[Future]:
-    """work(share) on `helpers` threads of the pool, as many as it takes: at interpreter
-    exit (an atexit handler calling embed) it takes none, and this thread does it all."""
+    """stopping(work, share) on up to `helpers` threads of the pool: as many as it takes. At
+    interpreter exit (an atexit handler calling embed) it takes none, and where a thread
+    cannot start, fewer: the calling thread does the rest. (A task queued for a thread that
+    did not start finds the ranges all taken when it runs.)"""
     if helpers < 1:
         return []
-    pool = thread_pool(helpers)
-    try:
-        return [pool.submit(work, share) for _ in range(helpers)]
-    except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
-        return []
+    pool, futures = thread_pool(helpers), []
+    for _ in range(helpers):
+        try:
+            futures.append(pool.submit(stopping, work, share))
+        except RuntimeError:  # "... after interpreter shutdown", "can't start new thread"
+            break
+    return futures
 
 
 def cpus() -> int:

@@ -68,7 +68,9 @@ def as_id_array(name: str, ids) -> np.ndarray:
 
 
 def _is_bool(value) -> bool:
-    return isinstance(value, bool | np.bool_)
+    return isinstance(value, bool | np.bool_) or (
+        isinstance(value, np.ndarray) and value.dtype.kind == "b"
+    )
 
 
 def _holds_bool(values) -> bool:
@@ -78,8 +80,11 @@ def _holds_bool(values) -> bool:
         return values.dtype.kind == "b"
     if not isinstance(values, list | tuple):
         return _is_bool(values)
-    kinds = set(map(type, values))  # one pass in C over a row of ints
-    return bool(kinds - {int}) and any(_holds_bool(v) for v in values if type(v) is not int)
+    kinds = set(map(type, values))  # one pass in C over a row of ints (or np.int64s)
+    if kinds & {bool, np.bool_}:
+        return True
+    nested = kinds & {list, tuple, np.ndarray}
+    return bool(nested) and any(_holds_bool(v) for v in values if type(v) in nested)
 
 
 def refuse_masked(name: str, values) -> None:

@@ -346,3 +346,50 @@ def test_embed_from_an_atexit_handler_runs_on_the_calling_thread(tmp_path):
     )
     ran = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120)
     assert (ran.returncode, ran.stdout, ran.stderr) == (0, "True\n", "")
+
+
+def _tracked(fail_on=None):
+    """A work function over ranges of ints that sleeps per block, raises on `fail_on`, and
+    counts the blocks in progress and done."""
+    import threading
+    import time
+
+    state = {"active": 0, "done": [], "lock": threading.Lock()}
+
+    def work(share):
+        for block in share:
+            with state["lock"]:
+                state["active"] += 1
+            try:
+                if block == fail_on:
+                    raise ValueError("block failed")
+                time.sleep(0.02)
+                state["done"].append(block)
+            finally:
+                with state["lock"]:
+                    state["active"] -= 1
+
+    return work, state
+
+
+def test_an_error_in_a_helper_comes_out_once_every_thread_has_stopped():
+    work, state = _tracked(fail_on=1)
+    with pytest.raises(ValueError, match="block failed"):
+        fast.run(work, list(range(60)), 3)
+    assert state["active"] == 0 and len(state["done"]) < 30  # the rest were dropped
+
+
+def test_a_helper_that_cannot_start_leaves_its_work_to_the_others(monkeypatch):
+    work, state = _tracked()
+    pool = fast.thread_pool(3)
+    submitted = []
+
+    def submit(*args):
+        if submitted:
+            raise RuntimeError("can't start new thread")
+        submitted.append(1)
+        return type(pool).submit(pool, *args)
+
+    monkeypatch.setattr(pool, "submit", submit)
+    fast.run(work, list(range(40)), 3)
+    assert state["active"] == 0 and sorted(state["done"]) == list(range(40))

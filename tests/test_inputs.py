@@ -37,6 +37,8 @@ def weights():
         ({"input_ids": [5, True]}, r"input_ids\[1\] = True is a bool, not an integer id"),
         ({"input_ids": [[5, 3], (2, np.False_)]}, r"input_ids\[1, 1\] = False is a bool"),
         ({"input_ids": [[5, 3], np.array([1, 0], bool)]}, r"input_ids\[1, 0\] = True is a bool"),
+        ({"input_ids": [np.array(True), 5]}, r"input_ids\[0\] = True is a bool"),
+        ({"input_ids": [np.int64(5), np.True_]}, r"input_ids\[1\] = True is a bool"),
         ({"input_ids": [2, 3], "token_type_ids": [0, True]}, r"token_type_ids\[1\] = True is"),
         ({"input_ids": [2, 3], "position_ids": [False, 1]}, r"position_ids\[0\] = False is"),
         ({"input_ids": ["2", "3"]}, "must be an integer array"),
