@@ -135,8 +135,8 @@ def embed(
     encoder layer receives. Bad input raises InputError (a ValueError).
 
     float32 runs the fast path (npbert.fast) on `threads` threads (default: every core the
-    process may use), within 2e-6 of the readable embed_stages for outputs under about 8 (two
-    float32 steps of the largest output beyond). dtype=np.float64 computes every step in
+    process may use), within 2e-6 of the readable embed_stages for outputs under about 8 (up to
+    three float32 steps of the largest output beyond). dtype=np.float64 computes every step in
     float64 from the stored weights: the exact reference.
     """
     _check_weights(weights)

@@ -47,18 +47,21 @@ def test_fast_path_equals_the_readable_one_on_random_ids(
     np.testing.assert_allclose(fast, readable, rtol=0, atol=FAST_TOLERANCE)
 
 
-@pytest.mark.parametrize("scale", [10.0, 1000.0])
-def test_the_tolerance_scales_with_the_outputs_size(models, scale):
+@pytest.mark.parametrize("model", sorted(p.name for p in DATA.glob("tiny-*")))
+def test_the_tolerance_scales_with_the_outputs_size(model):
     # 2e-6 holds for outputs the size real checkpoints give (all-MiniLM-L6-v2's peak at 7);
-    # a larger gamma scales the rounding with it: two float32 ULPs of the largest output.
+    # a larger gamma scales the rounding with it. Measured: at most 3 float32 steps of the
+    # largest output (DistilBERT's sinusoids, NomicBERT); 4 is what explain allows.
     import dataclasses
 
-    weights = models["tiny"]
-    weights = dataclasses.replace(weights, layer_norm_weight=weights.layer_norm_weight * scale)
-    ids = np.random.default_rng(0).integers(5, 87, (16, 64))
-    readable = npbert.embed_stages(weights, ids)["embeddings"]
-    bound = 2 * np.spacing(np.abs(readable).max())
-    assert np.abs(npbert.embed(weights, ids) - readable).max() <= bound
+    weights = npbert.load_weights(DATA / model)
+    ids = np.random.default_rng(0).integers(5, weights.config.vocab_size, (16, 64))
+    for scale in (10.0, 1000.0):
+        scaled = weights.layer_norm_weight * scale
+        scaled = dataclasses.replace(weights, layer_norm_weight=scaled)
+        readable = npbert.embed_stages(scaled, ids)["embeddings"]
+        bound = 4 * np.spacing(np.abs(readable).max())
+        assert np.abs(npbert.embed(scaled, ids) - readable).max() <= bound, scale
 
 
 def test_fast_path_equals_the_readable_one_on_real_text(models, minilm_dir):
