@@ -80,8 +80,8 @@ def building_directory(target: Path) -> Iterator[Path]:
     """A temporary directory beside `target`, renamed to it when the block completes and
     removed when it does not."""
     target = Path(target)
-    remove_stale(target)
     with _naming(target):
+        remove_stale(target)
         building, fd = _claim(target, _make_directory)
     try:
         yield building

@@ -365,9 +365,14 @@ def run(work, ranges: list, threads: int) -> None:
     try:
         stopping(work, share)  # this thread works too: one hand-off fewer than waiting
     finally:
-        wait(helpers)  # every thread done, error or not: none still writes when this returns
+        # Every thread done, error or not: none still writes when this returns. A helper
+        # still queued (behind another call's work) would find no range left: cancelled.
+        for helper in helpers:
+            helper.cancel()
+        wait(helpers)
     for helper in helpers:
-        helper.result()
+        if not helper.cancelled():
+            helper.result()
 
 
 def stopping(work, share) -> None:

@@ -399,9 +399,9 @@ def transformers_corpus_job(model: Path, source: Path, batch: int = 64) -> tuple
     return time.perf_counter() - start, tokens
 
 
-# The corpus job writes float32 shards (1.5 KiB a token for all-MiniLM-L6-v2): on a slow disk,
-# writing them can be what the workers wait for. Timed again with the shards in memory
-# (tmpfs), so that the table shows both the workers' scaling and the disk's part in it.
+# The corpus job writes float32 shards (1.5 KiB a token for all-MiniLM-L6-v2). Timed with the
+# shards written to a disk's files (the page cache, synced untimed between runs) and again
+# to memory (tmpfs): the workers' scaling either way.
 MEMORY = Path("/dev/shm")
 
 
