@@ -178,14 +178,14 @@ def load_tokenizer(
             ) from None
     elif vocab.is_file() and vocab_txt:
         source = vocab
-        tokenizer = _wordpiece(vocab, _lowercase(settings, directory))
+        tokenizer = _wordpiece(vocab, _normalizer(settings, directory))
     else:
         wanted = "tokenizer.json or vocab.txt" if vocab_txt else "tokenizer.json"
         raise InputError(f"{directory} has no {wanted}")
     return Tokenizer(tokenizer, _pad_id(tokenizer, settings, directory, pad_token_id), str(source))
 
 
-def _wordpiece(vocab: Path, lowercase: bool):
+def _wordpiece(vocab: Path, normalizer: dict):
     """BERT's WordPiece tokenizer from vocab.txt, which must hold [CLS], [SEP] and [UNK]."""
     from tokenizers import BertWordPieceTokenizer
 
@@ -199,7 +199,7 @@ def _wordpiece(vocab: Path, lowercase: bool):
     missing = [token for token in ("[CLS]", "[SEP]", "[UNK]") if token not in words]
     if missing:
         raise InputError(f"{vocab} lacks {', '.join(missing)}: it is not a BERT vocabulary")
-    return BertWordPieceTokenizer(str(vocab), lowercase=lowercase)
+    return BertWordPieceTokenizer(str(vocab), **normalizer)
 
 
 def _tokenizer_config(directory: Path) -> dict:
@@ -207,12 +207,25 @@ def _tokenizer_config(directory: Path) -> dict:
     return read_json_object(path) if path.is_file() else {}
 
 
-def _lowercase(settings: dict, directory: Path) -> bool:
-    """do_lower_case from tokenizer_config.json; BERT's uncased default when it is absent."""
-    lowercase = settings.get("do_lower_case", True)
-    if not isinstance(lowercase, bool):
-        raise InputError(f"{directory / TOKENIZER_CONFIG}: do_lower_case must be true or false")
-    return lowercase
+# tokenizer_config.json's BertTokenizer settings -> BertWordPieceTokenizer's, with
+# transformers' defaults: uncased, accents stripped as the text is lowercased (None), CJK
+# characters split apart.
+NORMALIZER = {
+    "do_lower_case": ("lowercase", True, (bool,)),
+    "strip_accents": ("strip_accents", None, (bool, type(None))),
+    "tokenize_chinese_chars": ("handle_chinese_chars", True, (bool,)),
+}
+
+
+def _normalizer(settings: dict, directory: Path) -> dict:
+    """The WordPiece normalizer's settings from tokenizer_config.json, each checked."""
+    options = {}
+    for key, (option, default, types) in NORMALIZER.items():
+        value = settings.get(key, default)
+        if not isinstance(value, types):
+            raise InputError(f"{directory / TOKENIZER_CONFIG}: {key} must be true or false")
+        options[option] = value
+    return options
 
 
 def _pad_id(tokenizer, settings: dict, directory: Path, fallback: int | None) -> int | None:

@@ -114,8 +114,11 @@ def _as_float(path: Path, key: str, value) -> np.ndarray:
     if isinstance(value, np.ndarray) and value.dtype.kind == "c":
         raise InputError(f"candidate {path}: '{key}' is complex; embeddings are real numbers")
     try:
-        array = np.asarray(value, dtype=np.float64)
-    except (ValueError, TypeError, OverflowError, RecursionError):
+        array = np.asarray(value)  # as it is: float64 would parse strings and dates as numbers
+        if array.dtype.kind not in "iuf":
+            raise TypeError(array.dtype)
+        array = array.astype(np.float64)
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
         raise InputError(f"candidate {path}: '{key}' is not a numeric array") from None
     if array.ndim == 0:
         raise InputError(f"candidate {path}: '{key}' is a scalar, not an array")

@@ -63,6 +63,17 @@ def test_vocab_txt_fallback_tokenizes_like_tokenizer_json(tmp_path, minilm_dir, 
     )
 
 
+def test_vocab_txt_fallback_follows_tokenizer_configs_normalizer_settings(tmp_path, minilm_dir):
+    # A cased-accent, no-CJK-splitting BERT: "café" is then no word of the uncased vocabulary,
+    # and 日本 is one word, cut into WordPieces.
+    for name in ("config.json", "vocab.txt", "model.safetensors"):
+        os.symlink(minilm_dir / name, tmp_path / name)
+    settings = {"do_lower_case": True, "strip_accents": False, "tokenize_chinese_chars": False}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(settings))
+    tokens = npbert.Embedder.from_pretrained(tmp_path)("café 日本").tokens
+    assert tokens == ["[CLS]", "[UNK]", "日", "##本", "[SEP]"]
+
+
 def test_too_long_is_an_error_unless_truncation_is_asked(embedder):
     long = "word " * 600
     too_long = r"text 1 has \d+ tokens, more than the limit of 512.*trunc"

@@ -220,6 +220,8 @@ def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm
     [
         ("c.txt", b"1 2 3", "use .npy, .npz, .safetensors or .json"),
         ("c.npy", "missing", "c.npy: no such file"),
+        ("c.json", b'{"embeddings": [["0.3", "0.1"]]}', "'embeddings' is not a numeric array"),
+        ("c.json", b'{"embeddings": [[true, false]]}', "'embeddings' is not a numeric array"),
         ("c.npy", "directory", "c.npy is a directory: give a file"),
         ("c.npy", "fifo", "c.npy: not a regular file"),
         ("c.npz", None, "no 'embeddings' array"),
