@@ -19,9 +19,9 @@ or in any batch, on any number of threads.
 
 This rounds differently from the specification, which adds the rows one by one in the
 family's order and takes the mean of the sum: the tests hold the two within 2e-6 of each
-other (up to three float32 steps of the largest output, where outputs exceed about 8), and this path
-about as close as torch to the float64 reference, closer on the bench's inputs (tests/
-test_families.py and test_verify.py say how close, scripts/bench.py measures it).
+other (up to three float32 steps of the largest output, where outputs exceed about 8), and
+this path about as close as torch to the float64 reference, closer on the bench's inputs
+(tests/test_families.py and test_verify.py say how close, scripts/bench.py measures it).
 DeBERTa with a projection E -> H before its LayerNorm is centered after the projection
 instead. Lookups use take(mode="clip") because the default mode="raise" copies `out` behind
 the scenes (3x slower); the ids were checked before they got here, so clipping never moves

@@ -76,8 +76,6 @@ def _is_bool(value) -> bool:
 def _holds_bool(values) -> bool:
     """Whether nested lists hold a bool: np.asarray takes True for 1 among ints, so the
     array cannot tell. Only lists whose ids include 0 or 1 are searched."""
-    if isinstance(values, np.ndarray):
-        return values.dtype.kind == "b"
     if not isinstance(values, list | tuple):
         return _is_bool(values)
     kinds = set(map(type, values))  # one pass in C over a row of ints (or np.int64s)

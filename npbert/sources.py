@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from npbert.errors import InputError
+from npbert.npyfile import regular_file
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
 BLOCK = 1 << 20  # bytes read at a time while checking a prefix
@@ -85,8 +86,7 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
     else:
         raise InputError(f"--input {source}: No such file or directory")
     for p in files:  # a FIFO or a device would be waited on, or read only once
-        if not p.is_file():
-            raise InputError(f"--input {p}: not a regular file")
+        regular_file(p, "--input")
     if input_format is None and not _format(files[0]):
         raise InputError(
             f"--input {source}: {files[0].suffix or 'no'} extension; name it .txt, .jsonl or "
@@ -267,10 +267,11 @@ def _first_not_utf8(batch) -> int:
     """The batch's first row with a value that does not decode (looked for only on the way
     to an error, one value at a time)."""
     for i in range(batch.num_rows):
-        try:
-            [column[i].as_py() for column in batch.columns]
-        except UnicodeDecodeError:
-            return i
+        for column in batch.columns:
+            try:
+                column[i].as_py()
+            except UnicodeDecodeError:
+                return i
     return 0
 
 
