@@ -369,7 +369,8 @@ def run(work, ranges: list, threads: int) -> None:
         # still queued (behind another call's work) would find no range left: cancelled.
         for helper in helpers:
             helper.cancel()
-        wait(helpers)
+        if helpers:  # wait([]) costs 2.7 us, 3% of one short sentence
+            wait(helpers)
     for helper in helpers:
         if not helper.cancelled():
             helper.result()
