@@ -38,6 +38,7 @@ from npbert.atomic import is_temporary, write_atomically
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count
 from npbert.model import Embedder
+from npbert.npyfile import load_npy, regular_file
 from npbert.progress import Progress
 from npbert.ragged import embed_encodings
 from npbert.sources import Chunk, Consumed, chunks, input_files, read_chunk, total_size
@@ -402,7 +403,35 @@ def read_corpus(directory: str | os.PathLike) -> Iterator[np.ndarray]:
     directory = Path(directory)
     index = read_index(directory, "read_corpus")
     for shard in index["shards"]:
-        rows = np.load(directory / f"{shard['name']}.npy", mmap_mode="r")
-        lengths = np.load(directory / f"{shard['name']}.lengths.npy")
+        rows, lengths = read_shard(directory, shard)
         for start, length in zip(np.cumsum(lengths) - lengths, lengths, strict=True):
             yield rows[start : start + length]
+
+
+def read_shard(directory: Path, shard: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A shard's rows (tokens, E), memory-mapped, and its lengths (texts,), checked to agree
+    with each other and the index: sliced unchecked, a negative or wrong length would give
+    another text's rows without a word. Else InputError."""
+    path = directory / f"{shard['name']}.npy"
+    try:
+        rows = np.load(regular_file(path, "read_corpus:"), mmap_mode="r", allow_pickle=False)
+    except ValueError as error:  # a missing file stays FileNotFoundError, with its path
+        raise InputError(f"read_corpus: {path} is not a readable shard ({error})") from None
+    lengths = load_npy(directory / f"{shard['name']}.lengths.npy", "read_corpus:")
+    where = f"read_corpus: {directory / shard['name']}"
+    if rows.ndim != 2 or lengths.ndim != 1 or lengths.dtype.kind not in "iu":
+        raise InputError(
+            f"{where}: rows {rows.shape} {rows.dtype} and lengths {lengths.shape} "
+            f"{lengths.dtype} are not a shard's (tokens, E) rows and (texts,) integer lengths"
+        )
+    if (lengths < 0).any() or lengths.sum() != len(rows) or shard.get("texts") != len(lengths):
+        raise InputError(
+            f"{where}: its lengths {_summary(lengths)} do not match its {len(rows)} rows "
+            f"and the {shard.get('texts')} texts the index lists: the corpus is damaged"
+        )
+    return rows, lengths
+
+
+def _summary(lengths: np.ndarray) -> str:
+    least = f", least {lengths.min()}" if len(lengths) else ""
+    return f"({len(lengths)} texts, sum {lengths.sum()}{least})"

@@ -468,6 +468,35 @@ def test_resume_refuses_a_directory_that_lost_a_shard_file(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("lengths", "rows", "message"),
+    [
+        ([6, -1, 5], None, "least -1"),  # sums right, so slicing alone would not notice
+        ([4, 3, 2], None, "sum 9"),  # one row short of the shard's rows
+        ([4.0, 3.0, 3.0], None, "float64 are not a shard's"),
+        ([[4, 3, 3]], None, "(1, 3) int64 are not a shard's"),
+        ([5, 5], None, "(2 texts, sum 10, least 5) do not match its 10 rows and the 3 texts"),
+        ([4, 3, 3], np.zeros(10, np.float32), "rows (10,) float32"),
+        ("not an array", None, "not a readable .npy array"),
+    ],
+)
+def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(tmp_path, lengths, rows, message):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("a b\nc\nd\n")
+    assert _run(source, out, TINY).returncode == 0
+    assert [len(rows) for rows in read_corpus(out)] == [4, 3, 3]  # [CLS] a b [SEP], ...
+    shard = out / "shard-00000"
+    if isinstance(lengths, str):
+        Path(f"{shard}.lengths.npy").write_text(lengths)
+    else:
+        np.save(f"{shard}.lengths.npy", np.array(lengths))
+    if rows is not None:
+        np.save(f"{shard}.npy", rows)
+    with pytest.raises(npbert.InputError, match="read_corpus: ") as caught:
+        list(read_corpus(out))
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
     ("name", "content", "message"),
     [
         ("c.txt", b"fine\nbad \xff byte\n", "c.txt line 2: not UTF-8 text (invalid start byte"),
