@@ -34,6 +34,8 @@ def check_header(stream: BinaryIO, size: int, where: str) -> None:
         shape, _, dtype = HEADER_READERS[version](stream)
     except (ValueError, EOFError) as error:
         raise InputError(f"{where}: not a readable .npy array ({error})") from None
+    if dtype.itemsize == 0:  # 0 bytes fit in any file, but NumPy still allocates per element
+        raise InputError(f"{where}: its dtype {dtype} has no bytes per element: not an array")
     needed = math.prod(shape) * dtype.itemsize
     available = size - stream.tell()
     if needed > available:

@@ -316,13 +316,13 @@ def test_text_that_is_not_utf8_is_one_line_error(tmp_path, argv, message):
     assert one_line_error(npbert_process(*argv, cwd=tmp_path), message)
 
 
-def crafted_npy(path, claimed: int = 10**11):
-    """A 145-byte .npy whose header claims `claimed` int64 elements."""
+def crafted_npy(path, claimed: int = 10**11, descr: str = "<i8"):
+    """A 145-byte .npy whose header claims `claimed` elements (int64 unless `descr`)."""
     import io
 
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(
-        header, {"descr": "<i8", "fortran_order": False, "shape": (claimed,)}
+        header, {"descr": descr, "fortran_order": False, "shape": (claimed,)}
     )
     path.write_bytes(header.getvalue().ljust(145, b"\0"))
     return path
@@ -339,6 +339,14 @@ def test_npy_header_claiming_more_than_the_file_holds(tmp_path, capsys, option):
     assert code == 2 and err.count("\n") == 1
     assert f"{option} {tmp_path / 'crafted.npy'}: its header describes a (100000000000,)" in err
     assert "800,000,000,000 bytes, but only 17 bytes follow the header" in err
+
+
+@pytest.mark.parametrize("descr", ["|V0", "<U0", "|S0"])
+def test_npy_of_a_dtype_without_bytes_is_refused(tmp_path, capsys, descr):
+    ids = crafted_npy(tmp_path / "v0.npy", descr=descr)  # 0 bytes a row: passes the size check
+    code, _, err = run(capsys, "embed", "--model", TINY, "--ids-file", ids)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"--ids-file {ids}: its dtype {np.dtype(descr)} has no bytes per element" in err
 
 
 @pytest.mark.parametrize(

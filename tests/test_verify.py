@@ -395,13 +395,14 @@ def test_the_report_says_when_a_batch_axis_of_1_was_added_or_dropped(
     assert "note:" not in compare_text(capsys, tmp_path / "batched.npy")[1]
 
 
-def crafted_header(claimed: int = 10**11) -> bytes:
-    """The 145 bytes of an .npy whose header claims `claimed` float64 elements."""
+def crafted_header(claimed: int = 10**11, descr: str = "<f8") -> bytes:
+    """The 145 bytes of an .npy whose header claims `claimed` elements (float64 unless
+    `descr`)."""
     import io
 
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(
-        header, {"descr": "<f8", "fortran_order": False, "shape": (claimed,)}
+        header, {"descr": descr, "fortran_order": False, "shape": (claimed,)}
     )
     return header.getvalue().ljust(145, b"\0")
 
@@ -446,6 +447,7 @@ def test_a_float8_candidate_is_refused_by_name(tmp_path, capsys):
     ("name", "content", "message"),
     [
         ("c.npy", crafted_header(), "800,000,000,000 bytes, but only 17 bytes follow"),
+        ("c.npy", crafted_header(descr="|V0"), "its dtype |V0 has no bytes per element"),
         ("c.npz", "crafted member", "embeddings.npy: its header describes a (100000000000,)"),
         ("c.json", deep_json(100_000), "cannot read it (maximum recursion depth"),
         ("c.json", b'{"embeddings": ' + deep_json(100_000) + b"}", "cannot read it"),
