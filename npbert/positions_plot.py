@@ -20,12 +20,15 @@ INSTALL = "pip install 'npbert[plot]'"
 
 
 def check_plot_path(path: Path) -> None:
-    """InputError unless path names a .png, .svg or .pdf in a directory that exists."""
+    """InputError unless path names a .png, .svg or .pdf (not a directory) in a directory
+    that exists."""
     if path.suffix.lower() not in FORMATS:
         raise InputError(f"--plot {path}: use a .png, .svg or .pdf file name")
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(f"--plot {path}: directory {directory} does not exist")
+    if path.is_dir():
+        raise InputError(f"--plot {path} is a directory: give a file name")
 
 
 def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str = "") -> None:

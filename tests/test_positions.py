@@ -224,6 +224,14 @@ def test_bad_plot_name_exits_2_before_loading(capsys, tmp_path):
     assert code == 2 and err.count("\n") == 1 and "use a .png, .svg or .pdf" in err
 
 
+def test_a_plot_name_that_is_a_directory_exits_2_before_loading(capsys, tmp_path):
+    (tmp_path / "d.png").mkdir()
+    argv = ["positions", "--model", tmp_path / "nothing", "--plot", tmp_path / "d.png"]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"--plot {tmp_path / 'd.png'} is a directory" in err
+
+
 def test_a_family_without_a_position_table_says_so(capsys, monkeypatch):
     # The families being added (issue 10) have position_embeddings None and their config's
     # model_type; rotary models compute positions in attention.
