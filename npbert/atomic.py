@@ -69,23 +69,21 @@ def _create(temporary: Path) -> int:
 def _naming(path: Path) -> Iterator[None]:
     try:
         yield
-    except OSError as error:
-        if error.errno is None:  # not the OS's: nothing to rename
-            raise
-        raise OSError(error.errno, error.strerror, str(path)) from error
+    except OSError as error:  # NumPy's short writes (a full disk) carry no errno nor file
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from error
 
 
 @contextmanager
 def building_directory(target: Path) -> Iterator[Path]:
     """A temporary directory beside `target`, renamed to it when the block completes and
-    removed when it does not."""
+    removed when it does not. An OSError in the block names `target` too."""
     target = Path(target)
     with _naming(target):
         remove_stale(target)
         building, fd = _claim(target, _make_directory)
     try:
-        yield building
         with _naming(target):
+            yield building
             building.rename(target)
     finally:
         shutil.rmtree(building, ignore_errors=True)

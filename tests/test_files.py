@@ -152,3 +152,25 @@ def test_stale_names_that_are_links_or_fifos_are_removed_without_following(tmp_p
     write_atomically(tmp_path / "out.npy", lambda f: f.write(b"x"))
     assert hidden(tmp_path) == set()
     assert (tmp_path / "elsewhere" / "keep").read_bytes() == b"not npbert's"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError("4224 requested and 3568 written"),  # NumPy's short write: no errno, no file
+        OSError(28, "No space left on device"),
+    ],
+)
+def test_a_failed_write_names_the_file_asked_for(tmp_path, error):
+    def fail(f):
+        raise error
+
+    with pytest.raises(OSError) as caught:
+        write_atomically(tmp_path / "out.npy", fail)
+    assert caught.value.filename == str(tmp_path / "out.npy")
+    assert caught.value.strerror == (error.strerror or str(error))
+    with pytest.raises(OSError) as caught, building_directory(tmp_path / "d") as building:
+        (building / "ok.npy").write_bytes(b"x")
+        raise error
+    assert caught.value.filename == str(tmp_path / "d")  # not the temporary directory
+    assert list(tmp_path.iterdir()) == []
