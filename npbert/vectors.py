@@ -73,8 +73,8 @@ def cases(embedder: Embedder) -> dict[str, dict]:
     """name -> {description, input_ids, [token_type_ids], [attention_mask], [texts]}."""
     config, tokenizer = embedder.weights.config, embedder.tokenizer.tokenizer
 
-    def text(description, texts, pairs=None, truncation=False):
-        encoding = embedder.encode(texts, pairs, truncation=truncation)
+    def text(description, texts, pairs=None, max_length=None):
+        encoding = embedder.encode(texts, pairs, truncation=bool(max_length), max_length=max_length)
         return {
             "description": description,
             "texts": texts,
@@ -96,11 +96,13 @@ def cases(embedder: Embedder) -> dict[str, dict]:
     }
     made["pair"] = text("a question/passage pair", [QUESTION], [PASSAGE])
     made["padded_batch"] = text("the example sentences, padded to the longest", SEEDS)
-    length = config.max_length or 512
+    length = config.max_length or 512  # a family without a limit: a length BERT allows
     made["longest"] = text(
-        f"the longest allowed sequence: {length} tokens",
+        f"the longest allowed sequence: {length} tokens"
+        if config.max_length
+        else f"a long sequence: {length} tokens (the layer itself sets no limit)",
         [" ".join([PASSAGE] * length)],
-        truncation=True,
+        max_length=length,
     )
     sequence = [*first, *middle, *last]
     if config.type_vocab_size:

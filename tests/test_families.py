@@ -260,3 +260,7 @@ def test_vectors_follow_the_family(capsys, tmp_path, family):
         reference = npbert.embed(weights, arrays["input_ids"], **kwargs, attention_mask=mask,
                                  dtype=np.float64)  # fmt: skip
         np.testing.assert_array_equal(arrays["embeddings.float64"], reference)
+    longest = manifest["cases"]["longest"]  # as long as it says (a layer without limit: 512)
+    length = np.load(out / "longest" / "input_ids.npy").shape[1]
+    assert length == (weights.config.max_length or 512)
+    assert f": {length} tokens" in longest["description"], longest["description"]
