@@ -322,6 +322,13 @@ def add_inputs(parser: argparse.ArgumentParser) -> None:
         metavar="TT.npy",
         help="token type ids for --ids-file, of its shape (default: all 0)",
     )
+    parser.add_argument(
+        "--attention-mask-file",
+        type=Path,
+        metavar="MASK.npy",
+        help="attention mask for --ids-file, of its shape, 0 for padding (default: all 1); "
+        "DeBERTa's layer zeroes padded rows",
+    )
 
 
 @dataclass
@@ -348,8 +355,9 @@ def read_inputs(args) -> Inputs:
 
     if args.ids_file is not None:
         return read_ids(args)
-    if args.token_type_ids_file is not None:
-        raise InputError("--token-type-ids-file goes with --ids-file")
+    for option in ("token_type_ids_file", "attention_mask_file"):
+        if getattr(args, option) is not None:
+            raise InputError(f"--{option.replace('_', '-')} goes with --ids-file")
     if not args.texts:
         raise InputError("nothing to embed: give TEXT arguments or --ids-file")
     if args.pair and len(args.pair) != len(args.texts):
@@ -375,25 +383,28 @@ def read_inputs(args) -> Inputs:
 
 
 def read_ids(args) -> Inputs:
-    """--ids-file and --token-type-ids-file: ids without padding, so the mask is all ones."""
+    """--ids-file, with --token-type-ids-file and --attention-mask-file where given."""
     from npbert.model import load_weights
 
     if args.texts or args.pair:
         raise InputError("give TEXT arguments or --ids-file, not both")
     input_ids = load_npy(args.ids_file, "--ids-file")
-    token_type_ids = None
-    if args.token_type_ids_file is not None:
-        token_type_ids = load_npy(args.token_type_ids_file, "--token-type-ids-file")
-    arrays = {
+    token_type_ids, attention_mask = (
+        None if path is None else load_npy(path, f"--{option}")
+        for option, path in (
+            ("token-type-ids-file", args.token_type_ids_file),
+            ("attention-mask-file", args.attention_mask_file),
+        )
+    )
+    shape = np.shape(input_ids)
+    arrays = {  # the inputs used: the files', or the defaults a tokenizer gives unpadded ids
         "input_ids": input_ids,
-        # The token types used: the file's, or the default, all 0, as a tokenizer gives them.
-        "token_type_ids": np.zeros(np.shape(input_ids), np.int64)
-        if token_type_ids is None
-        else token_type_ids,
-        "attention_mask": np.ones(np.shape(input_ids), np.int64),
+        "token_type_ids": np.zeros(shape, np.int64) if token_type_ids is None else token_type_ids,
+        "attention_mask": np.ones(shape, np.int64) if attention_mask is None else attention_mask,
     }
     weights = load_weights(args.model, revision=args.revision, full=args.full)
-    return Inputs(weights, input_ids, token_type_ids, arrays, {"ids_file": str(args.ids_file)})
+    meta = {"ids_file": str(args.ids_file)}
+    return Inputs(weights, input_ids, token_type_ids, arrays, meta, attention_mask=attention_mask)
 
 
 def run_embed(args) -> int:

@@ -212,10 +212,12 @@ def ulps(candidate: np.ndarray, reference64: np.ndarray) -> np.ndarray:
 
 
 def cosines(candidate: np.ndarray, reference64: np.ndarray) -> np.ndarray:
-    """Per-token cosine similarity over the hidden axis: (..., L, H) -> (..., L)."""
+    """Per-token cosine similarity over the hidden axis: (..., L, H) -> (..., L). Two zero
+    rows (DeBERTa's padding) agree: 1; a zero row against another: 0."""
     dot = (candidate * reference64).sum(-1)
-    norms = np.linalg.norm(candidate, axis=-1) * np.linalg.norm(reference64, axis=-1)
-    return dot / np.where(norms > 0, norms, 1.0)
+    a, b = np.linalg.norm(candidate, axis=-1), np.linalg.norm(reference64, axis=-1)
+    norms = a * b
+    return np.where((a == 0) & (b == 0), 1.0, dot / np.where(norms > 0, norms, 1.0))
 
 
 def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol) -> dict:

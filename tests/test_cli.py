@@ -473,3 +473,24 @@ def test_ids_file_npz_holds_token_types_and_mask(tmp_path, capsys):
     )  # fmt: skip
     with np.load(tmp_path / "typed.npz") as saved:
         np.testing.assert_array_equal(saved["token_type_ids"], types)
+
+
+def test_ids_file_with_an_attention_mask_file(tmp_path, capsys):
+    deberta = TINY.parent / "tiny-deberta"  # the one layer that uses the mask
+    ids, mask = np.array([[1, 13, 14, 2], [1, 15, 2, 0]]), np.array([[1, 1, 1, 1], [1, 1, 1, 0]])
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "mask.npy", mask)
+    argv = ["embed", "--ids-file", tmp_path / "ids.npy", "--model", deberta]
+    code, _, err = run(capsys, *argv, "--attention-mask-file", tmp_path / "mask.npy",
+                       "--out", tmp_path / "out.npz")  # fmt: skip
+    assert code == 0, err
+    expected = npbert.embed(npbert.load_weights(deberta), ids, attention_mask=mask)
+    with np.load(tmp_path / "out.npz") as saved:
+        np.testing.assert_array_equal(saved["attention_mask"], mask)
+        np.testing.assert_array_equal(saved["embeddings"], expected)
+        assert not saved["embeddings"][1, 3].any() and saved["embeddings"][1, 2].any()
+    np.save(tmp_path / "bad.npy", mask[:, :3])
+    code, _, err = run(capsys, *argv, "--attention-mask-file", tmp_path / "bad.npy")
+    assert code == 2 and "attention_mask" in err and "(2, 3)" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "embed", "x", "--model", deberta, "--attention-mask-file", "m.npy")
+    assert code == 2 and "--attention-mask-file goes with --ids-file" in err

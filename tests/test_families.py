@@ -241,7 +241,10 @@ def test_compare_names_the_families_stage(capsys, tmp_path):
     assert code == 0, out
 
 
-@pytest.mark.parametrize("family", ["roberta", "albert", "deberta-v2", "modernbert", "funnel"])
+VECTOR_FAMILIES = ["roberta", "albert", "deberta", "deberta-v2", "modernbert", "funnel"]
+
+
+@pytest.mark.parametrize("family", VECTOR_FAMILIES)
 def test_vectors_follow_the_family(capsys, tmp_path, family):
     out = tmp_path / "vectors"
     code, _, err = cli(capsys, "vectors", "--model", DATA / f"tiny-{family}", "--out", out)
@@ -264,3 +267,23 @@ def test_vectors_follow_the_family(capsys, tmp_path, family):
     length = np.load(out / "longest" / "input_ids.npy").shape[1]
     assert length == (weights.config.max_length or 512)
     assert f": {length} tokens" in longest["description"], longest["description"]
+
+
+@pytest.mark.parametrize("family", VECTOR_FAMILIES)
+def test_compare_passes_a_vectors_padded_batch_given_its_input_files(capsys, tmp_path, family):
+    model = DATA / f"tiny-{family}"
+    assert cli(capsys, "vectors", "--model", model, "--out", tmp_path / "v")[0] == 0
+    case = tmp_path / "v" / "padded_batch"
+    assert 0 in np.load(case / "attention_mask.npy")  # padded: DeBERTa zeroes those rows
+    files = [
+        "--ids-file",
+        case / "input_ids.npy",
+        "--attention-mask-file",
+        case / "attention_mask.npy",
+    ]
+    if (case / "token_type_ids.npy").exists():
+        files += ["--token-type-ids-file", case / "token_type_ids.npy"]
+    code, out, err = cli(
+        capsys, "compare", case / "embeddings.float32.npy", "--model", model, *files
+    )
+    assert code == 0 and "min token cosine 1.0" in out, out + err

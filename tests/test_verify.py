@@ -469,3 +469,13 @@ def test_crafted_candidates_are_one_line_errors(tmp_path, capsys, name, content,
         path.write_bytes(content)
     code, _, err = compare_text(capsys, path)
     assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_token_cosine_of_two_zero_rows_is_one_and_of_one_zero_row_zero():
+    from npbert.verify import cosines
+
+    zero, row = np.zeros(4), np.arange(1.0, 5.0)
+    candidate = np.stack([zero, zero, row, row, np.full(4, np.nan)])
+    reference = np.stack([zero, row, zero, 2 * row, zero])
+    np.testing.assert_array_equal(cosines(candidate, reference)[:4], [1.0, 0.0, 0.0, 1.0])
+    assert np.isnan(cosines(candidate, reference)[4])  # NaN stays the worst token, not 1
