@@ -424,7 +424,8 @@ def read_shard(directory: Path, shard: dict) -> tuple[np.ndarray, np.ndarray]:
             f"{where}: rows {rows.shape} {rows.dtype} and lengths {lengths.shape} "
             f"{lengths.dtype} are not a shard's (tokens, E) rows and (texts,) integer lengths"
         )
-    if (lengths < 0).any() or lengths.sum() != len(rows) or shard.get("texts") != len(lengths):
+    outside = ((lengths < 0) | (lengths > len(rows))).any()  # and so no sum that wraps around
+    if outside or lengths.sum() != len(rows) or shard.get("texts") != len(lengths):
         raise InputError(
             f"{where}: its lengths {_summary(lengths)} do not match its {len(rows)} rows "
             f"and the {shard.get('texts')} texts the index lists: the corpus is damaged"

@@ -472,6 +472,8 @@ def test_resume_refuses_a_directory_that_lost_a_shard_file(tmp_path):
     [
         ([6, -1, 5], None, "least -1"),  # sums right, so slicing alone would not notice
         ([4, 3, 2], None, "sum 9"),  # one row short of the shard's rows
+        ([2**63 - 1, 2**63 - 1, 12], None, "sum 10"),  # wraps around to the right sum
+        (np.array([2**64 - 1, 5, 6], np.uint64), None, "sum 10"),
         ([4.0, 3.0, 3.0], None, "float64 are not a shard's"),
         ([[4, 3, 3]], None, "(1, 3) int64 are not a shard's"),
         ([5, 5], None, "(2 texts, sum 10, least 5) do not match its 10 rows and the 3 texts"),
