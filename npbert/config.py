@@ -125,9 +125,9 @@ def expected_tensors(raw: dict, model_type: str, where: str) -> list[str]:
 def wants_projection(raw: dict, family: Family, where: str) -> bool:
     if family.projection is None:
         return False
-    hidden = _integer(raw, family.hidden_key, where)
-    embedding = _integer(raw, "embedding_size", where)
-    return family.projection_always or (None not in (hidden, embedding) and hidden != embedding)
+    hidden = _integer(raw, family.hidden_key, where, default=family.sizes[0])
+    embedding = _integer(raw, "embedding_size", where, default=family.sizes[1] or hidden)
+    return family.projection_always or hidden != embedding
 
 
 def make_config(

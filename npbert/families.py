@@ -8,7 +8,7 @@ checked against transformers' own modules on a tiny checkpoint (tests/test_famil
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from npbert import embedding
 
@@ -50,6 +50,9 @@ class Family:
     optional: dict[str, tuple[str, object]] = field(default_factory=dict)
     projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer) or "inside"
     projection_always: bool = False  # ALBERT projects even when E == H
+    # Where config.json is silent on the sizes that decide a projection, the model's own
+    # defaults decide it, as in transformers: H, and E (None: E = H).
+    sizes: tuple[int, int | None] = (768, None)
     rescale_key: str | None = None  # BigBird: scale the word rows by sqrt(H) when this is true
     sinusoid_key: str | None = None  # DistilBERT: the position table holds fixed sinusoids if true
     masks_padding: bool = False  # DeBERTa multiplies its output by attention_mask
@@ -128,6 +131,7 @@ FAMILIES: dict[str, Family] = {
         "electra",
         BERT | projection("embeddings_project"),
         projection="after",
+        sizes=(256, 128),  # ElectraConfig's: a small model's, projected
         vocab_txt=True,
     ),
     "roformer": Family(
@@ -215,7 +219,7 @@ FAMILIES: dict[str, Family] = {
         },
     ),
 }
-FAMILIES["deberta-v2"] = FAMILIES["deberta"]
+FAMILIES["deberta-v2"] = replace(FAMILIES["deberta"], sizes=(1536, None))
 
 # model_types that look close but compute something else: refused with the reason.
 REFUSED = {

@@ -217,3 +217,34 @@ def test_an_index_that_lies_about_a_shard_is_refused(tmp_path):
     save_file({"x": np.zeros(1, np.float32)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(InputError, match=rf"puts {WORD} in other"):
         npbert.load_weights(tmp_path)
+
+
+def electra(tmp_path, config: dict, *, projected: bool = True):
+    """A bare ELECTRA at ElectraConfig's default sizes (E 128, H 256), config.json as given."""
+    rng = np.random.default_rng(0)
+    tensors = {
+        "embeddings.word_embeddings.weight": rng.normal(size=(10, 128)),
+        "embeddings.position_embeddings.weight": rng.normal(size=(8, 128)),
+        "embeddings.token_type_embeddings.weight": rng.normal(size=(2, 128)),
+        "embeddings.LayerNorm.weight": rng.normal(size=128),
+        "embeddings.LayerNorm.bias": rng.normal(size=128),
+    }
+    if projected:
+        tensors["embeddings_project.weight"] = rng.normal(size=(256, 128))
+        tensors["embeddings_project.bias"] = rng.normal(size=256)
+    tensors = {name: array.astype(np.float32) for name, array in tensors.items()}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "electra", **config}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("config", [{}, {"hidden_size": 256}, {"embedding_size": 128}])
+def test_a_projection_follows_the_models_default_sizes_where_config_is_silent(tmp_path, config):
+    weights = npbert.load_weights(electra(tmp_path, config))  # transformers: E 128, H 256
+    assert weights.config.projection == "after" and weights.config.hidden_size == 256
+    assert npbert.embed(weights, [[1, 2, 3]], project=True).shape == (1, 3, 256)
+
+
+def test_default_sizes_that_ask_for_a_projection_the_tensors_lack_are_refused(tmp_path):
+    with pytest.raises(InputError, match=r"embeddings_project\.weight"):
+        npbert.load_weights(electra(tmp_path, {}, projected=False))
