@@ -183,6 +183,14 @@ class Embedder:
                 f"{type(tokenizer).__name__}"
             )
         config = weights.config
+        # A base vocabulary past the table is another model's: its ids would be off, mostly in
+        # range. Added tokens past it are common (never resized) and refused where they occur.
+        words = tokenizer.tokenizer.get_vocab_size(with_added_tokens=False)
+        if words > config.vocab_size:
+            raise InputError(
+                f"{tokenizer.name} has {words} words, more than the model's word table "
+                f"({config.vocab_size} rows): the tokenizer and the checkpoint disagree"
+            )
         if tokenizer.pad_token_id is not None and tokenizer.pad_token_id >= config.vocab_size:
             raise InputError(
                 f"{tokenizer.name} pads with id {tokenizer.pad_token_id}, past the model's word "

@@ -164,6 +164,14 @@ TOKENIZER_FILES = {
         {"tokenizer.json": lambda m: tokenizer_json(m, set_in(["padding", "pad_id"], 99999))},
         "tokenizer.json pads with id 99999, past the model's word table (30522 rows)",
     ),
+    "vocab.txt of another model, longer": (  # every id shifted by 5, most still in range
+        {"vocab.txt": lambda m: b"".join(b"[x%d]\n" % i for i in range(5)) + real("vocab.txt")(m)},
+        "vocab.txt has 30527 words, more than the model's word table (30522 rows)",
+    ),
+    "tokenizer.json of another model, longer": (
+        {"tokenizer.json": lambda m: tokenizer_json(m, set_in(["model", "vocab", "x y"], 30522))},
+        "tokenizer.json has 30523 words, more than the model's word table (30522 rows)",
+    ),
     "vocab.txt empty": ({"vocab.txt": ""}, "vocab.txt lacks [CLS], [SEP], [UNK]"),
     "vocab.txt binary": ({"vocab.txt": b"\x89PNG\r\n\x1a\n\xff"}, "vocab.txt is not UTF-8 text"),
     "vocab.txt with NUL bytes": (
