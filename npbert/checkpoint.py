@@ -52,6 +52,27 @@ class EmbeddingWeights:
     source: dict = field(default_factory=dict)  # where these came from: model, revision, commit
     files: tuple[Path, ...] = ()  # the safetensors files the tensors were read from
 
+    def __post_init__(self):
+        """Every array float32, of the shape the config gives it, where the family has it;
+        an array that can be written is copied to one that cannot: npbert.fast caches tables
+        derived from these, which an edit in place would leave stale."""
+        if not isinstance(self.config, EmbeddingConfig):
+            raise InputError(f"EmbeddingWeights: config is {type(self.config).__name__}")
+        for name, shape in expected_shapes(self.config).items():
+            array = getattr(self, name)
+            if array is None and (shape is None or name in NO_BIAS):
+                continue
+            if shape is None or not (
+                isinstance(array, np.ndarray) and array.dtype == np.float32 and array.shape == shape
+            ):
+                wanted = "none" if shape is None else f"{shape} float32"
+                raise InputError(
+                    f"EmbeddingWeights: {name} is {_describe(array)}, but the config "
+                    f"({self.config.model_type}) asks for {wanted}"
+                )
+            if _writable(array):
+                object.__setattr__(self, name, read_only(array.copy()))
+
     @property
     def arrays(self) -> dict[str, np.ndarray]:
         """The tensors this checkpoint has, by field name."""
@@ -62,6 +83,39 @@ class EmbeddingWeights:
     def nbytes(self) -> int:
         """Bytes of the tensors, as float32."""
         return sum(array.nbytes for array in self.arrays.values())
+
+
+NO_BIAS = ("layer_norm_bias", "projection_bias")  # None: no bias (ModernBERT, DeBERTa)
+
+
+def expected_shapes(config: EmbeddingConfig) -> dict[str, tuple[int, ...] | None]:
+    """Each EmbeddingWeights array's shape under `config`; None where the family has none."""
+    e, h, out = config.embedding_size, config.hidden_size, config.output_size
+    positions, types = config.max_position_embeddings, config.type_vocab_size
+    return {
+        "word_embeddings": (config.vocab_size, e),
+        "layer_norm_weight": (out,),
+        "layer_norm_bias": (out,),
+        "position_embeddings": None if positions is None else (positions, e),
+        "token_type_embeddings": (types, e) if types else None,
+        "projection_weight": (h, e) if config.projection else None,
+        "projection_bias": (h,) if config.projection else None,
+    }
+
+
+def _describe(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.shape} {value.dtype}"
+    return "None" if value is None else type(value).__name__
+
+
+def _writable(array: np.ndarray) -> bool:
+    """Whether the array, or any array whose memory it views, can be written."""
+    while isinstance(array, np.ndarray):
+        if array.flags.writeable:
+            return True
+        array = array.base
+    return False
 
 
 @dataclass(frozen=True)
@@ -256,5 +310,11 @@ def read_tensor(stored: StoredTensor) -> np.ndarray:
         wide = (raw.astype(np.uint32) << 16).view(np.float32)
     else:
         wide = raw.astype(np.float32)
-    wide.flags.writeable = False
-    return wide
+    return read_only(wide)
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A view of `array` that cannot be made writable again (its owner is read-only too)."""
+    owner = array if array.base is None else array.base
+    owner.flags.writeable = False
+    return array.view()

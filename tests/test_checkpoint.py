@@ -190,3 +190,47 @@ def test_missing_embedding_tensor_is_named(tmp_path):
     make_checkpoint(tmp_path, tensors)
     with pytest.raises(InputError, match=r"needs the tensor bert\.embeddings\.token_type"):
         npbert.load_weights(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda w: {"word_embeddings": w.word_embeddings[:50]}, "(50, 32) float32, but the"),
+        (lambda w: {"position_embeddings": w.position_embeddings[:2]}, "asks for (128, 32)"),
+        (lambda w: {"token_type_embeddings": None}, "token_type_embeddings is None, but"),
+        (lambda w: {"layer_norm_weight": None}, "layer_norm_weight is None, but"),
+        (lambda w: {"projection_weight": np.zeros((4, 32), np.float32)}, "asks for none"),
+        (lambda w: {"word_embeddings": w.word_embeddings.astype(np.float64)}, "float64, but"),
+        (lambda w: {"word_embeddings": w.word_embeddings.tolist()}, "word_embeddings is list"),
+    ],
+)
+def test_weights_that_disagree_with_their_config_are_refused(change, message):
+    # The fast path clips ids to the table: a short table would give the last row silently.
+    import dataclasses
+
+    weights = npbert.load_weights(TINY)
+    with pytest.raises(InputError, match="EmbeddingWeights: ") as caught:
+        dataclasses.replace(weights, **change(weights))
+    assert message in str(caught.value)
+
+
+def test_weights_that_can_be_written_are_copied_so_an_edit_cannot_go_stale():
+    import dataclasses
+
+    weights = npbert.load_weights(TINY)
+    assert dataclasses.replace(weights).word_embeddings is weights.word_embeddings  # mapped
+    table = weights.word_embeddings.copy()
+    edited = dataclasses.replace(weights, word_embeddings=table)
+    before = npbert.embed(edited, [2, 5, 3])
+    table[5] += 1.0  # the caller's array, after the fact
+    np.testing.assert_array_equal(npbert.embed(edited, [2, 5, 3]), before)
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        edited.word_embeddings.flags.writeable = True
+
+
+@pytest.mark.parametrize("name", ["tiny-bert-fp16", "tiny-bert-bf16"])
+def test_widened_weights_cannot_be_made_writable_again(name):
+    weights = npbert.load_weights(DATA / name)
+    for array in weights.arrays.values():
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            array.flags.writeable = True
