@@ -187,6 +187,11 @@ def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str,
                 f"{where}: {model_type} needs the tensor {' or '.join(candidates)}, which the "
                 "checkpoint does not have"
             )
+        if len(present) > 1:  # transformers renames the legacy name onto the other: it wins
+            raise InputError(
+                f"{where}: the checkpoint has both {' and '.join(present)}: which one is the "
+                "layer's is not clear; keep one"
+            )
         chosen[key] = present[0]
     return model_type, chosen
 

@@ -234,3 +234,13 @@ def test_widened_weights_cannot_be_made_writable_again(name):
     for array in weights.arrays.values():
         with pytest.raises(ValueError, match="WRITEABLE"):
             array.flags.writeable = True
+
+
+def test_both_a_legacy_and_a_current_name_are_refused_as_unclear(tmp_path):
+    tensors = renamed(lambda k: k)
+    tensors["bert.embeddings.LayerNorm.weight"] = np.full(32, 3.0, np.float32)
+    make_checkpoint(tmp_path, tensors)
+    with pytest.raises(InputError) as caught:
+        npbert.load_weights(tmp_path)
+    names = "bert.embeddings.LayerNorm.weight and bert.embeddings.LayerNorm.gamma"
+    assert f"has both {names}" in str(caught.value)
