@@ -69,7 +69,10 @@ def _create(temporary: Path) -> int:
 def _naming(path: Path) -> Iterator[None]:
     try:
         yield
-    except OSError as error:  # NumPy's short writes (a full disk) carry no errno nor file
+    except OSError as error:
+        if error.errno is None and type(error) is not OSError:  # not a file's (an HTTP error)
+            raise
+        # NumPy's short writes (a full disk) are plain OSErrors with no errno nor file name
         raise OSError(error.errno, error.strerror or str(error), str(path)) from error
 
 

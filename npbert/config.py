@@ -152,7 +152,9 @@ def make_config(
         value = _integer(raw, key, where)
         if value is not None and size is not None and value != size:
             raise InputError(f"{where}: {key} is {value}, but the tensors have {size}")
-    pad_token_id = _integer(raw, "pad_token_id", where, default=family.pad_default)
+    # An explicit null is no pad id, as in transformers; the model's default fills only absence.
+    pad_default = None if "pad_token_id" in raw else family.pad_default
+    pad_token_id = _integer(raw, "pad_token_id", where, default=pad_default)
     if pad_token_id is not None and pad_token_id >= vocab_size:
         raise InputError(
             f"{where}: pad_token_id {pad_token_id} is past the vocabulary ({vocab_size} tokens)"
@@ -184,7 +186,7 @@ def position_padding_idx(family, pad_token_id, positions, where) -> int | None:
         return None
     padding_idx = family.fixed_padding_idx if family.fixed_padding_idx is not None else pad_token_id
     if padding_idx is None:
-        raise InputError(f"{where}: pad_token_id is missing; this model's positions count from it")
+        raise InputError(f"{where}: pad_token_id is null or missing; this model's positions count from it")
     if padding_idx + 1 >= positions:
         raise InputError(
             f"{where}: padding_idx {padding_idx} leaves no positions in a table of {positions}"

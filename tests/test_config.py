@@ -248,3 +248,14 @@ def test_a_projection_follows_the_models_default_sizes_where_config_is_silent(tm
 def test_default_sizes_that_ask_for_a_projection_the_tensors_lack_are_refused(tmp_path):
     with pytest.raises(InputError, match=r"embeddings_project\.weight"):
         npbert.load_weights(electra(tmp_path, {}, projected=False))
+
+
+def test_an_explicit_null_pad_id_is_not_replaced_by_the_default(tmp_path):
+    # transformers' RobertaEmbeddings fails on it; npbert took pad_token_id 1 and went on.
+    checkpoint(tmp_path, {"model_type": "roberta", "pad_token_id": None}, rename=strip)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    assert "pad_token_id" not in raw  # absent: RoBERTa's default, 1
+    assert npbert.load_weights(tmp_path).config.padding_idx == 1
+    (tmp_path / "config.json").write_text(json.dumps({**raw, "pad_token_id": None}))
+    with pytest.raises(InputError, match="pad_token_id is null or missing; this model's"):
+        npbert.load_weights(tmp_path)

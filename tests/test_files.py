@@ -174,3 +174,14 @@ def test_a_failed_write_names_the_file_asked_for(tmp_path, error):
         raise error
     assert caught.value.filename == str(tmp_path / "d")  # not the temporary directory
     assert list(tmp_path.iterdir()) == []
+
+
+class HTTPError(OSError):
+    """As requests' HTTPError: an OSError without errno, which npbert.hub turns to words."""
+
+
+def test_an_error_that_is_not_a_files_passes_through_unnamed(tmp_path):
+    error = HTTPError("503 Server Error")
+    with pytest.raises(HTTPError) as caught, building_directory(tmp_path / "d"):
+        raise error
+    assert caught.value is error
