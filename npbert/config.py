@@ -186,7 +186,9 @@ def position_padding_idx(family, pad_token_id, positions, where) -> int | None:
         return None
     padding_idx = family.fixed_padding_idx if family.fixed_padding_idx is not None else pad_token_id
     if padding_idx is None:
-        raise InputError(f"{where}: pad_token_id is null or missing; this model's positions count from it")
+        raise InputError(
+            f"{where}: pad_token_id is null or missing; this model's positions count from it"
+        )
     if padding_idx + 1 >= positions:
         raise InputError(
             f"{where}: padding_idx {padding_idx} leaves no positions in a table of {positions}"
