@@ -73,6 +73,12 @@ class Access:
     cache_dir: str | Path | None = None
     local_files_only: bool = False
 
+    def __post_init__(self):
+        if self.cache_dir is not None and not str(self.cache_dir):  # "" would be the cwd
+            raise InputError("the cache directory is empty: give one, or none for HF_HUB_CACHE")
+        if self.token == "":
+            raise InputError("the token is empty: give one, or none for the saved one")
+
     @property
     def offline(self) -> bool:
         from huggingface_hub import constants
@@ -108,11 +114,16 @@ def resolve(
     local_files_only: bool = False,
 ) -> tuple[Path, dict]:
     """(directory holding config.json, tokenizer and weights, source metadata)."""
+    if not str(model):  # Path("") is the current directory
+        raise InputError("the model is empty: give a checkpoint directory or a Hub repo id")
     path = Path(model).expanduser()
     if path.is_dir():
-        if revision is not None:
-            raise InputError(f"a revision applies to Hub repo ids, and {model} is a directory")
+        for option, given in (("a revision", revision is not None), ("full", full)):
+            if given:
+                raise InputError(f"{option} applies to Hub repo ids, and {model} is a directory")
         return path, {"model": str(path.resolve())}
+    if path.is_file():
+        raise InputError(f"{model} is a file: give the checkpoint directory that holds it")
     if model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise InputError(f"{model}: no such checkpoint directory")
     try:
@@ -143,6 +154,8 @@ def fetch(
     """The checkpoint of a Hub repo, from the cache unless `refresh`, else from the Hub (a
     damaged cached entry is fetched again). local_files_only: from the cache, or an error."""
     access = Access(token, cache_dir, local_files_only)
+    if revision == "":
+        raise InputError("the revision is empty: give a branch, tag or commit, or none for main")
     with hub_errors(repo_id, revision, access), quiet_library_logs():
         if not refresh or access.offline:
             cached = from_cache(repo_id, revision, full, access)

@@ -72,6 +72,8 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
     if input_format is not None and input_format not in FORMATS.values():
         raise InputError(f"input format {input_format!r}: use txt, jsonl or parquet")
     source = os.fspath(source)
+    if source == "":  # Path("") is the current directory
+        raise InputError("--input is empty: give a file, a directory, or - for standard input")
     if source == "-":
         if input_format == "parquet":
             raise InputError("--input -: standard input takes txt or jsonl, not Parquet")

@@ -179,6 +179,13 @@ def test_inspect_lists_the_five_tensors(capsys):
         (["embed", "x", "--model", TINY, "--workers", "5"], "--workers goes with --input"),
         (["embed", "x", "--model", TINY, "--engine", "ray"], "--engine goes with --input"),
         (["inspect", "./missing"], "no such checkpoint directory"),
+        (["embed", "x", "--model", TINY / "config.json"], "config.json is a file: give the"),
+        (["embed", "x", "--model", ""], "the model is empty"),  # not the current directory
+        (["embed", "x", "--model", TINY, "--full"], "full applies to Hub repo ids"),
+        (["embed", "--input", "", "--out", "o", "--model", TINY], "--input is empty"),
+        (["fetch", "a/b", "--revision", ""], "the revision is empty"),
+        (["fetch", "a/b", "--cache-dir", ""], "the cache directory is empty"),
+        (["fetch", "a/b", "--token", ""], "the token is empty"),  # not a network error
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, argv, message):
