@@ -1,7 +1,7 @@
 """The corpus job's input: texts from .txt, .jsonl and Parquet files, a directory of them, or
 standard input, cut into chunks (one chunk makes one shard), with what identifies the input.
 
-    .txt      one text a line (\\n or \\r\\n); an empty line is an empty text
+    .txt      one text a line (\\n or \\r\\n; a lone \\r is refused); an empty line is an empty text
     .jsonl    one JSON object a line: a string "text" and an optional string "pair"
     .parquet  a string column "text" and an optional "pair" (needs pyarrow)
     DIR       its .txt, .jsonl and .parquet files in name order, one after another
@@ -346,7 +346,14 @@ def _record(chunk: Chunk, number: int, line: bytes) -> Record:
         ) from None
     if number == 1:  # a byte order mark, as Windows editors write: not text (utf-8-sig)
         text = text.removeprefix("\ufeff")
-    return _jsonl(where, text) if chunk.format == "jsonl" else Record(where, text)
+    if chunk.format == "jsonl":
+        return _jsonl(where, text)
+    if "\r" in text:  # a file of classic Mac line endings would be one text
+        raise InputError(
+            f"{where}: a carriage return (\\r) inside the line; lines end with \\n or \\r\\n "
+            "(convert the file, e.g. tr '\\r' '\\n')"
+        )
+    return Record(where, text)
 
 
 def _jsonl(where: str, line: str) -> Record:

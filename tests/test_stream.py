@@ -502,6 +502,7 @@ def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(tmp_path, lengths,
     ("name", "content", "message"),
     [
         ("c.txt", b"fine\nbad \xff byte\n", "c.txt line 2: not UTF-8 text (invalid start byte"),
+        ("c.txt", b"one\rtwo\rthree\r", "c.txt line 1: a carriage return (\\r) inside"),
         ("c.jsonl", b'{"text": "ok"}\n{"text": "\\ud800"}\n', "c.jsonl line 2: 'text' is not"),
         ("c.jsonl", b'{"text": "ok", "pair": "x\\udfff"}\n', "c.jsonl line 1: 'pair' is not"),
         ("c.jsonl", b'{"text": "ok"}\n\xc3\x28\n', "c.jsonl line 2: not UTF-8 text"),
