@@ -3,6 +3,7 @@ transformers wrote (scripts/make_goldens.py; NomicBERT, which transformers lacks
 modules composed as nomic's code composes them)."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from conftest import DATA, TESTS, family_golden_names, load_golden
 import npbert
 from npbert.families import FAMILIES
 from npbert.inputs import prepare_inputs
+from npbert.vectors import LONGEST
 from npbert.verify import ulps
 
 ARGUMENTS = {"input_ids", "token_type_ids", "position_ids", "mask"}  # as the modules name them
@@ -265,8 +267,21 @@ def test_vectors_follow_the_family(capsys, tmp_path, family):
         np.testing.assert_array_equal(arrays["embeddings.float64"], reference)
     longest = manifest["cases"]["longest"]  # as long as it says (a layer without limit: 512)
     length = np.load(out / "longest" / "input_ids.npy").shape[1]
-    assert length == (weights.config.max_length or 512)
+    assert length == min(weights.config.max_length or 512, LONGEST)
     assert f": {length} tokens" in longest["description"], longest["description"]
+
+
+def test_vectors_of_a_model_allowing_millions_of_tokens_stop_at_8192(capsys, tmp_path):
+    shutil.copytree(DATA / "tiny-modernbert", tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(
+        json.dumps({**config, "max_position_embeddings": 10**7})
+    )
+    code, _, err = cli(capsys, "vectors", "--model", tmp_path / "m", "--out", tmp_path / "v")
+    assert code == 0, err  # it built a text of 10^7 passages, and ran out of memory
+    assert np.load(tmp_path / "v" / "longest" / "input_ids.npy").shape == (1, LONGEST)
+    manifest = json.loads((tmp_path / "v" / "manifest.json").read_text())
+    assert "8192 tokens (the model allows 10000000)" in manifest["cases"]["longest"]["description"]
 
 
 @pytest.mark.parametrize("family", VECTOR_FAMILIES)
