@@ -37,7 +37,13 @@ from pathlib import Path
 import numpy as np
 
 from npbert.atomic import building_directory
-from npbert.checkpoint import INDEX_FILE, WEIGHTS_FILE, embedding_tensor_names, no_safetensors
+from npbert.checkpoint import (
+    INDEX_FILE,
+    WEIGHTS_FILE,
+    embedding_tensor_names,
+    no_safetensors,
+    read_index,
+)
 from npbert.config import read_config
 from npbert.errors import InputError
 from npbert.header import (
@@ -203,10 +209,13 @@ def holds_shards(directory: Path, snapshot: Path) -> bool:
     if not (directory / INDEX_FILE).is_file():
         return False
     try:
-        weight_map = json.loads((directory / INDEX_FILE).read_text(encoding="utf-8"))["weight_map"]
+        weight_map = read_index(directory / INDEX_FILE)
+    except InputError:  # not an index at all: the Hub is asked again, and the error named
+        return False
+    try:
         names = embedding_tensors(weight_map, read_config(snapshot), INDEX_FILE).values()
         return all((directory / weight_map[name]).is_file() for name in names)
-    except (ValueError, KeyError, TypeError, AttributeError):  # damage() says what is wrong
+    except (ValueError, KeyError, TypeError):  # damage() says what is wrong
         return True
 
 
@@ -375,11 +384,7 @@ def _weights_to_fetch(repo_id, commit, files, config, access) -> list[str]:
 
 def _weight_map(repo_id: str, commit: str, files: set[str], access: Access) -> dict[str, str]:
     """The index's tensor name -> shard, every shard one of the repo's files."""
-    index = Path(_hf_download(repo_id, INDEX_FILE, commit, access))
-    try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-        raise InputError(f"{repo_id}/{INDEX_FILE}: no valid weight_map ({error})") from None
+    weight_map = read_index(Path(_hf_download(repo_id, INDEX_FILE, commit, access)))
     strangers = sorted({str(s) for s in weight_map.values()} - files)
     if strangers:
         raise InputError(f"{repo_id}/{INDEX_FILE} names shards the repo does not have: {strangers}")

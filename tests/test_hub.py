@@ -100,6 +100,7 @@ def repos(tmp_path_factory, minilm_dir, bert_base_dir):
         "lies": dict.fromkeys(tensors, "model-00001-of-00002.safetensors"),
         "strangers": dict.fromkeys(tensors, "model-00009-of-00009.safetensors"),
     }
+    lying["list"] = list(weight_map)  # not an object at all
     for kind, lie in lying.items():
         shutil.copytree(sharded, root / kind)
         (root / kind / "model.safetensors.index.json").write_text(json.dumps({"weight_map": lie}))
@@ -115,6 +116,7 @@ def repos(tmp_path_factory, minilm_dir, bert_base_dir):
         "test/sharded": (sharded, {}),
         "test/index-lies": (root / "lies", {}),
         "test/index-strangers": (root / "strangers", {}),
+        "test/index-list": (root / "list", {}),
         "test/no-config": (no_config, {}),
         **{f"test/tiny-{family}": (DATA / f"tiny-{family}", {}) for family in FAMILY_REPOS},
     }
@@ -358,6 +360,7 @@ def test_sharded_repo_fetches_only_the_shard_with_the_embeddings(hub, tmp_path):
     [
         ("test/index-lies", "in model-00001-of-00002.safetensors, which lacks it"),
         ("test/index-strangers", "names shards the repo does not have"),
+        ("test/index-list", "model.safetensors.index.json has no weight_map object"),
     ],
 )
 def test_a_repo_whose_index_is_wrong_says_so_on_every_run(hub, repo, message):
