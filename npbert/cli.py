@@ -388,6 +388,8 @@ def read_ids(args) -> Inputs:
 
     if args.texts or args.pair:
         raise InputError("give TEXT arguments or --ids-file, not both")
+    if args.truncate:
+        raise InputError("--truncate cuts texts; it does nothing to --ids-file's ids")
     input_ids = load_npy(args.ids_file, "--ids-file")
     token_type_ids, attention_mask = (
         None if path is None else load_npy(path, f"--{option}")

@@ -170,6 +170,7 @@ def test_inspect_lists_the_five_tensors(capsys):
         (["embed", "x", "--model", TINY, "--out", "/no/such/dir/x.npz"], "does not exist"),
         (["embed", "a", "b", "--pair", "c", "--model", TINY], "2 TEXT arguments but 1 --pair"),
         (["embed", "x", "--ids-file", "ids.npy", "--model", TINY], "not both"),
+        (["embed", "--ids-file", "i.npy", "--truncate", "--model", TINY], "does nothing to"),
         (["embed", "x", "--token-type-ids-file", "t.npy", "--model", TINY], "goes with --ids"),
         (["embed", "--ids-file", "/no/such.npy", "--model", TINY], "No such file"),
         (["embed", "--ids-file", "/tmp", "--model", TINY], "--ids-file /tmp is a directory"),
