@@ -15,6 +15,7 @@ the ray package because imports are absolute (`import ray` here is the top-level
 Nothing else in npbert imports it, so npbert's core never imports Ray.
 """
 
+import math
 import os
 import warnings
 from pathlib import Path
@@ -65,8 +66,7 @@ class Embed:
         from npbert.model import Embedder
 
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the actor's one CPU
-        if dtype not in ("float32", "float16"):
-            raise InputError(f"dtype must be float32 or float16, got {dtype!r}")
+        check_settings(dtype, truncation)
         self.embedder = Embedder.from_pretrained(model, revision=revision, full=full)
         self.truncation, self.dtype = truncation, dtype
 
@@ -75,6 +75,9 @@ class Embed:
 
         if "text" not in batch:
             raise InputError(f"the dataset has no 'text' column (its columns: {', '.join(batch)})")
+        taken = [column for column in COLUMNS if column in batch]
+        if taken:
+            raise InputError(f"the dataset has a column {taken[0]!r}, which Embed would replace")
         arrays = shard_arrays(self.embedder, _records(batch), self.truncation, self.dtype)
         lengths = arrays["lengths"]
         ends = np.cumsum(lengths)[:-1]
@@ -85,10 +88,23 @@ class Embed:
         return {**batch, **split, "lengths": lengths}
 
 
+def check_settings(dtype, truncation) -> None:
+    if dtype not in ("float32", "float16"):
+        raise InputError(f"dtype must be float32 or float16, got {dtype!r}")
+    if not isinstance(truncation, bool):
+        raise InputError(f"truncation must be True or False, got {truncation!r}")
+
+
 def _records(batch: dict[str, np.ndarray]) -> list[Record]:
     texts = batch["text"]
+    if isinstance(texts, str | bytes):  # iterated, its characters would be the texts
+        raise InputError("the batch's 'text' is one string: give a column of texts")
     pairs = batch.get("pair", [None] * len(texts))
     wheres = batch.get("where", [f"text {i} of its batch" for i in range(len(texts))])
+    lengths = {"pair": len(pairs), "where": len(wheres)}
+    for column, length in lengths.items():
+        if isinstance(batch.get(column), str | bytes) or length != len(texts):
+            raise InputError(f"the batch's {column!r} column is not one entry per text")
     records = []
     for where, text, pair in zip(wheres, texts, pairs, strict=True):
         if not isinstance(text, str):
@@ -114,8 +130,15 @@ def embed_dataset(
     (default: as many as the cluster has CPUs for) of `cpus_per_actor` CPUs each, on batches
     of `batch_size` texts. Order follows the input where the DataContext preserves it."""
     ray = _ray()
+    check_settings(dtype, truncation)
+    batch_size = check_count("batch_size", batch_size)
+    if isinstance(cpus_per_actor, bool) or not (
+        isinstance(cpus_per_actor, int | float) and 0 < cpus_per_actor < math.inf
+    ):
+        raise InputError(f"cpus_per_actor must be a number above 0, got {cpus_per_actor!r}")
     if actors is None:
         actors = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus_per_actor))
+    actors = check_count("actors", actors)
     return dataset.map_batches(
         Embed,
         fn_constructor_kwargs={

@@ -13,6 +13,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -207,3 +208,42 @@ def test_embed_takes_an_empty_batch_and_refuses_a_pair_that_is_not_a_string():
             embed({"text": np.array(["a"], object), "pair": np.array([pair], object)})
     both = embed({"text": np.array(["a", "b"], object), "pair": np.array([None, "c"], object)})
     assert list(both["lengths"]) == [3, 5]
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ({"text": "hello"}, "'text' is one string"),  # was embedded as 5 texts: h, e, l, l, o
+        ({"text": np.array(["a", "b"], object), "pair": np.array(["c"], object)}, "'pair' column"),
+        ({"text": np.array(["a"], object), "pair": "c"}, "'pair' column is not one entry"),
+        ({"text": np.array(["a"], object), "lengths": np.array([9])}, "a column 'lengths'"),
+        ({"text": np.array(["a"], object), "embeddings": np.array([0])}, "'embeddings', which"),
+    ],
+)
+def test_embed_refuses_a_batch_it_would_misread(batch, message):
+    from conftest import TINY
+
+    from npbert.ray import Embed
+
+    with pytest.raises(npbert.InputError, match=re.escape(message)):
+        Embed(TINY)(batch)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cpus_per_actor": 0}, "cpus_per_actor must be a number above 0, got 0"),
+        ({"cpus_per_actor": float("nan")}, "cpus_per_actor must be a number above 0"),
+        ({"dtype": "float64"}, "dtype must be float32 or float16, got 'float64'"),
+        ({"batch_size": 0}, "batch_size must be a whole number of at least 1, got 0"),
+        ({"actors": 0}, "actors must be a whole number of at least 1, got 0"),
+        ({"truncation": "no"}, "truncation must be True or False, got 'no'"),
+    ],
+)
+def test_embed_dataset_checks_its_options_before_ray_sees_them(options, message):
+    from conftest import TINY
+
+    import npbert.ray
+
+    with pytest.raises(npbert.InputError, match=re.escape(message)):
+        npbert.ray.embed_dataset(None, TINY, **{"actors": 1, **options})
