@@ -333,6 +333,10 @@ class Embedder:
         """The Encodings padded to their longest; an id past the word table means the
         tokenizer is not the checkpoint's (it would otherwise be blamed on input_ids)."""
         padded = self.tokenizer.pad(encodings)
+        types = self.weights.config.type_vocab_size  # 0: no table, the types are not used
+        past = np.argwhere(padded.token_type_ids >= types) if types else ()
+        if len(past):
+            refuse_pair(self.weights.config, f"pairs[{past[0][0]}]", padded.token_type_ids.max())
         rows = self.weights.config.vocab_size
         past = np.argwhere(padded.input_ids >= rows)
         if past.size:
@@ -343,6 +347,15 @@ class Embedder:
                 "tokenizer and the checkpoint disagree"
             )
         return padded
+
+
+def refuse_pair(config, where: str, token_type: int) -> None:
+    """InputError: the tokenizer marks sentence B with a token type the model has no row for
+    (BERT's tokenizer on a model of one type), which would be blamed on token_type_ids."""
+    raise InputError(
+        f"{where}: the tokenizer gives sentence B token type {token_type}, but this "
+        f"{config.model_type} has {config.type_vocab_size} token type(s): it takes no pairs"
+    )
 
 
 def _listed(name: str, values) -> list | None:

@@ -37,7 +37,7 @@ from npbert import fast
 from npbert.atomic import is_temporary, write_atomically
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count
-from npbert.model import Embedder
+from npbert.model import Embedder, refuse_pair
 from npbert.npyfile import load_npy, regular_file
 from npbert.progress import Progress
 from npbert.ragged import embed_encodings
@@ -285,7 +285,13 @@ def tokenize(embedder: Embedder, records: list, truncation: bool) -> list:
                 with_tokens=False,
             )
             encodings.update(zip(members, encoded, strict=True))
-    return [encodings[i] for i in range(len(records))]
+    ordered = [encodings[i] for i in range(len(records))]
+    config = embedder.weights.config
+    if config.type_vocab_size == 1:  # BERT's tokenizer gives sentence B type 1: no row for it
+        for record, encoding in zip(records, ordered, strict=True):
+            if record.pair is not None and max(encoding.type_ids) >= 1:
+                refuse_pair(config, record.where, max(encoding.type_ids))
+    return ordered
 
 
 class LocalEngine:

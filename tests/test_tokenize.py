@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -365,3 +367,28 @@ def test_embed_each_takes_lists(embedder):
 def test_numpy_integers_are_counts_too(embedder):
     each = embedder.embed_each(TEXTS, batch_size=np.int64(2), max_length=np.int32(512))
     assert [len(o.tokens) for o in each] == [len(embedder(text).tokens) for text in TEXTS]
+
+
+def test_a_pair_on_a_model_of_one_token_type_is_refused_by_what_it_is(tmp_path):
+    from conftest import DATA, TINY
+    from safetensors.numpy import load_file, save_file
+
+    from npbert.stream import embed_corpus
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tensors = load_file(str(TINY / "model.safetensors"))
+    name = "bert.embeddings.token_type_embeddings.weight"
+    save_file({**tensors, name: tensors[name][:1]}, str(tmp_path / "m" / "model.safetensors"))
+    config = json.loads((TINY / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "type_vocab_size": 1}))
+    embedder = npbert.Embedder.from_pretrained(tmp_path / "m")
+    assert not embedder("who").token_type_ids.any()  # a text alone needs only type 0
+    message = "the tokenizer gives sentence B token type 1, but this bert has 1 token type(s)"
+    with pytest.raises(npbert.InputError, match=re.escape(f"pairs[0]: {message}")):
+        embedder(["who"], ["me"])
+    (tmp_path / "c.jsonl").write_text('{"text": "a"}\n{"text": "who", "pair": "me"}\n')
+    with pytest.raises(npbert.InputError, match=re.escape(f"c.jsonl line 2: {message}")):
+        embed_corpus(embedder, tmp_path / "c.jsonl", tmp_path / "o")
+    roberta = npbert.Embedder.from_pretrained(DATA / "tiny-roberta")  # one type, pairs all 0
+    assert roberta.weights.config.type_vocab_size == 1
+    assert not roberta("who", "me").token_type_ids.any()
