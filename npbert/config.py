@@ -148,6 +148,8 @@ def make_config(
         "max_position_embeddings": positions,
         "type_vocab_size": types,
     }
+    if "token_type_embeddings" not in family.tensors:  # Funnel's (3) are used in attention
+        del stated["type_vocab_size"]
     for key, size in stated.items():
         value = _integer(raw, key, where)
         if value is not None and size is not None and value != size:

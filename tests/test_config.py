@@ -259,3 +259,15 @@ def test_an_explicit_null_pad_id_is_not_replaced_by_the_default(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**raw, "pad_token_id": None}))
     with pytest.raises(InputError, match="pad_token_id is null or missing; this model's"):
         npbert.load_weights(tmp_path)
+
+
+@pytest.mark.parametrize("family", ["funnel", "distilbert", "modernbert", "mpnet"])
+def test_a_type_vocab_size_is_not_checked_where_the_layer_has_no_token_types(tmp_path, family):
+    # funnel-transformer's configs state 3, which its attention uses: a valid checkpoint.
+    from conftest import DATA
+
+    shutil.copytree(DATA / f"tiny-{family}", tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "type_vocab_size": 3}))
+    weights = npbert.load_weights(tmp_path / "m")
+    assert weights.config.type_vocab_size == 0 and weights.token_type_embeddings is None
