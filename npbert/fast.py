@@ -209,7 +209,7 @@ def normalize(x: np.ndarray, eps, affine: tuple, stats: np.ndarray) -> None:
     x /= np.sqrt(scale, out=scale)[:, None]  # normalized: dividing rounds once, where
     # multiplying by 1 / std rounds twice (median float32 ULPs from float64: 0.64 against 0.59)
     gamma, beta, gamma_rows, beta_rows = affine
-    if n % SHORT == 0:  # the same products and sums, element by element, on a view of x
+    if n % SHORT == 0 and n > SHORT:  # the same products and sums, elementwise, on a view
         x, gamma, beta = x.reshape(n // SHORT, -1), gamma_rows, beta_rows  # (n / SHORT, SHORT E)
     x *= gamma[: len(x)]
     if beta is not None:
