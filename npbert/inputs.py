@@ -51,6 +51,8 @@ def as_id_array(name: str, ids) -> np.ndarray:
         raise InputError(f"{name} is not a rectangular array: {error}") from None
     if array.size == 0:
         raise InputError(f"{name} is empty (shape {array.shape}): nothing to embed")
+    if array.dtype.kind == "f" and not isinstance(ids, np.ndarray):
+        array = _mixed_integers(name, ids, array)
     if array.dtype.kind not in "iu":
         if array.dtype.kind == "f":
             bad = ~np.isfinite(array) | (array != np.round(array))
@@ -65,6 +67,18 @@ def as_id_array(name: str, ids) -> np.ndarray:
         index = tuple(np.argwhere(np.frompyfunc(_is_bool, 1, 1)(flat).astype(bool))[0])
         raise InputError(f"{_where(name, index)} = {flat[index]} is a bool, not an integer id")
     return array
+
+
+def _mixed_integers(name: str, ids, array: np.ndarray) -> np.ndarray:
+    """NumPy makes a list of np.uint64 and int ids float64 (no integer type holds both): as
+    int64 where every entry is an integer, else the float array, refused by the caller."""
+    flat = np.array(ids, dtype=object)
+    if not all(isinstance(v, int | np.integer) for v in flat.flat):
+        return array
+    try:
+        return flat.astype(np.int64)
+    except OverflowError:
+        raise InputError(f"{name} holds an id past 2**63: out of range of any table") from None
 
 
 def _is_bool(value) -> bool:

@@ -186,3 +186,14 @@ def test_embed_works_in_a_forked_child_after_the_parent_used_threads(weights):
     with multiprocessing.get_context("fork").Pool(1) as pool:
         result = pool.apply_async(_embed_in_child, (weights,))
         assert result.get(timeout=30) == expected  # before the fix: waited forever
+
+
+def test_a_list_mixing_uint64_and_int_ids_is_ids_not_floats():
+    # NumPy makes [np.uint64(5), 3] float64: it was refused as "got dtype float64".
+    weights = npbert.load_weights(TINY)
+    expected = npbert.embed(weights, np.array([[5, 3], [4, 2]]))
+    np.testing.assert_array_equal(npbert.embed(weights, [[np.uint64(5), 3], [4, 2]]), expected)
+    with pytest.raises(npbert.InputError, match=r"input_ids holds an id past 2\*\*63"):
+        npbert.embed(weights, [np.uint64(2**64 - 1), 3])
+    with pytest.raises(npbert.InputError, match=r"input_ids\[1\] = 2.5 is not an integer id"):
+        npbert.embed(weights, [np.uint64(5), 2.5])
