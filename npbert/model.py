@@ -333,10 +333,10 @@ class Embedder:
         """The Encodings padded to their longest; an id past the word table means the
         tokenizer is not the checkpoint's (it would otherwise be blamed on input_ids)."""
         padded = self.tokenizer.pad(encodings)
-        types = self.weights.config.type_vocab_size  # 0: no table, the types are not used
-        past = np.argwhere(padded.token_type_ids >= types) if types else ()
-        if len(past):
-            refuse_pair(self.weights.config, f"pairs[{past[0][0]}]", padded.token_type_ids.max())
+        types = padded.token_type_ids  # (B, L); only a model of one type can lack a pair's
+        if self.weights.config.type_vocab_size == 1 and types.any():  # as stream.tokenize
+            row = int(types.any(axis=1).argmax())
+            refuse_pair(self.weights.config, f"pairs[{row}]", int(types.max()))
         rows = self.weights.config.vocab_size
         past = np.argwhere(padded.input_ids >= rows)
         if past.size:
