@@ -226,10 +226,9 @@ def damage(directory: Path) -> str | None:
     if (directory / WEIGHTS_FILE).is_file():
         return damage_of_file(directory / WEIGHTS_FILE)
     try:
-        index = json.loads((directory / INDEX_FILE).read_text(encoding="utf-8"))
-        shards = sorted(set(index["weight_map"].values()))
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        return f"{INDEX_FILE}: {error}"
+        shards = sorted(set(read_index(directory / INDEX_FILE).values()))
+    except InputError as error:  # as holds_shards reads it
+        return str(error)
     for shard in shards:
         problem = damage_of_file(directory / shard) if (directory / shard).is_file() else None
         if problem is not None:  # a shard not holding embeddings is not fetched: absent
@@ -249,7 +248,7 @@ def _weights_size(directory: Path) -> int:
             return int(json.loads(recorded)["full_bytes"])
         except (ValueError, TypeError, KeyError):  # a file npbert did not cut: its own size
             return single.stat().st_size
-    shards = set(json.loads((directory / INDEX_FILE).read_text())["weight_map"].values())
+    shards = set(read_index(directory / INDEX_FILE).values())  # checked by damage() before
     return sum((directory / s).stat().st_size for s in shards if (directory / s).is_file())
 
 
