@@ -67,7 +67,7 @@ class EmbeddingWeights:
             ):
                 wanted = "none" if shape is None else f"{shape} float32"
                 raise InputError(
-                    f"EmbeddingWeights: {name} is {_describe(array)}, but the config "
+                    f"EmbeddingWeights: {name} is {_shown(array)}, but the config "
                     f"({self.config.model_type}) asks for {wanted}"
                 )
             if _writable(array):
@@ -103,7 +103,7 @@ def expected_shapes(config: EmbeddingConfig) -> dict[str, tuple[int, ...] | None
     }
 
 
-def _describe(value) -> str:
+def _shown(value) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.shape} {value.dtype}"
     return "None" if value is None else type(value).__name__
