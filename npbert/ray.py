@@ -64,6 +64,7 @@ class Embed:
 
     def __init__(self, model, *, revision=None, full=False, truncation=False, dtype="float32"):
         from npbert.model import Embedder
+        from npbert.stream import check_settings
 
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the actor's one CPU
         check_settings(dtype, truncation)
@@ -86,13 +87,6 @@ class Embed:
             for key in ("embeddings", "input_ids", "token_type_ids")
         }
         return {**batch, **split, "lengths": lengths}
-
-
-def check_settings(dtype, truncation) -> None:
-    if dtype not in ("float32", "float16"):
-        raise InputError(f"dtype must be float32 or float16, got {dtype!r}")
-    if not isinstance(truncation, bool):
-        raise InputError(f"truncation must be True or False, got {truncation!r}")
 
 
 def _records(batch: dict[str, np.ndarray]) -> list[Record]:
@@ -129,6 +123,8 @@ def embed_dataset(
     """The Dataset with each text's embeddings (see Embed), computed by `actors` actors
     (default: as many as the cluster has CPUs for) of `cpus_per_actor` CPUs each, on batches
     of `batch_size` texts. Order follows the input where the DataContext preserves it."""
+    from npbert.stream import check_settings
+
     ray = _ray()
     check_settings(dtype, truncation)
     batch_size = check_count("batch_size", batch_size)

@@ -58,10 +58,17 @@ DTYPES = ("float32", "float16")
 Engine = Callable[[Path, Iterator[tuple[str, Chunk]]], Iterator[tuple[str, Chunk, int]]]
 
 
+def check_settings(dtype, truncation) -> None:
+    """A corpus job's output dtype and truncation flag, on either engine, or InputError."""
+    if dtype not in DTYPES:
+        raise InputError(f"dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
+    if not isinstance(truncation, bool):
+        raise InputError(f"truncation must be True or False, got {truncation!r}")
+
+
 def corpus_settings(weights, source, input_format, shard_bytes, truncation, dtype) -> dict:
     """What must be the same for --resume to continue a run."""
-    if dtype not in DTYPES:
-        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    check_settings(dtype, truncation)
     shard_bytes = check_count("shard_bytes", shard_bytes)
     return {
         "format": FORMAT,

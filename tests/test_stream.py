@@ -761,3 +761,18 @@ def test_parquet_text_that_is_not_utf8_names_the_row(tmp_path):
         result.stderr
     )
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"truncation": "no"}, "truncation must be True or False, got 'no'"),
+        ({"dtype": "float64"}, "dtype must be float32 or float16, got 'float64'"),
+    ],
+)
+def test_the_local_job_checks_its_settings_as_ray_does(tmp_path, embedder, options, message):
+    from npbert.stream import embed_corpus
+
+    (tmp_path / "c.txt").write_text("one\n")
+    with pytest.raises(npbert.InputError, match=message):
+        embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", **options)
