@@ -238,11 +238,20 @@ class Embedder:
         max_length: int | None = None,
     ):
         """Tokenize a batch: npbert.tokenize.Encoding with (B, L) arrays, padded to the
-        longest text. Arguments as __call__."""
+        longest text (a single text is a batch of one). Arguments as __call__."""
+        texts, pairs = _batch(texts, pairs)
         return self._pad(self._tokenize(texts, pairs, truncation, max_length))
 
     def embed(self, encoding, **kwargs) -> np.ndarray:
         """embed() of an Encoding: its token types where the family has a table, its mask."""
+        from npbert.tokenize import Encoding
+
+        if not isinstance(encoding, Encoding):
+            raise InputError(
+                f"Embedder.embed takes an Encoding from Embedder.encode, not "
+                f"{type(encoding).__name__}: embed texts with embedder(texts), token ids with "
+                "npbert.embed(embedder.weights, input_ids)"
+            )
         types = encoding.token_type_ids if self.weights.config.type_vocab_size else None
         mask = encoding.attention_mask
         return embed(self.weights, encoding.input_ids, types, attention_mask=mask, **kwargs)
@@ -263,14 +272,6 @@ class Embedder:
         B x longest x E float32: for a long list, embed_each keeps memory bounded.
         """
         single = isinstance(texts, str)
-        if isinstance(pairs, str) and not single:
-            raise InputError("pairs must be a list with one pair per text when texts is a list")
-        if single and not (pairs is None or isinstance(pairs, str)):
-            raise InputError(f"pairs must be a str for a single text, not {type(pairs).__name__}")
-        if single:
-            texts = [texts]
-            pairs = None if pairs is None else [pairs]
-        texts, pairs = _listed("texts", texts), _listed("pairs", pairs)
         encoding = self.encode(texts, pairs, truncation=truncation, max_length=max_length)
         arrays = (
             self.embed(encoding),
@@ -307,7 +308,7 @@ class Embedder:
                 "embed_each takes lists of texts (and pairs); embed one with embedder(text)"
             )
         batch_size = check_count("batch_size", batch_size)
-        texts, pairs = _listed("texts", texts), _listed("pairs", pairs)
+        texts, pairs = _batch(texts, pairs)
         encodings = self._tokenize(texts, pairs, truncation, max_length)
         order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
         outputs: list = [None] * len(encodings)
@@ -356,6 +357,18 @@ def refuse_pair(config, where: str, token_type: int) -> None:
         f"{where}: the tokenizer gives sentence B token type {token_type}, but this "
         f"{config.model_type} has {config.type_vocab_size} token type(s): it takes no pairs"
     )
+
+
+def _batch(texts, pairs) -> tuple[list, list | None]:
+    """(texts, pairs) as lists: a str is one text (and its pair a str, if any); a list of
+    texts takes a list of pairs, one per text (a str would pair them with its characters)."""
+    if isinstance(texts, str):
+        if not (pairs is None or isinstance(pairs, str)):
+            raise InputError(f"pairs must be a str for a single text, not {type(pairs).__name__}")
+        return [texts], None if pairs is None else [pairs]
+    if isinstance(pairs, str):
+        raise InputError("pairs must be a list with one pair per text when texts is a list")
+    return _listed("texts", texts), _listed("pairs", pairs)
 
 
 def _listed(name: str, values) -> list | None:

@@ -104,9 +104,23 @@ def test_too_long_is_an_error_unless_truncation_is_asked(embedder):
 def test_bad_text_input(embedder, texts, pairs, message):
     with pytest.raises(InputError, match=message):
         embedder(texts, pairs)
+    with pytest.raises(InputError, match=message):
+        embedder.encode(texts, pairs)
     if not isinstance(texts, str) and not isinstance(pairs, str):  # embed_each's own message
         with pytest.raises(InputError, match=message):
             embedder.embed_each(texts, pairs)
+
+
+def test_encode_takes_what_call_takes(embedder):
+    one = embedder.encode("a b", "c")  # a batch of one
+    np.testing.assert_array_equal(one.input_ids, embedder.encode(["a b"], ["c"]).input_ids)
+    np.testing.assert_array_equal(embedder.embed(one)[0], embedder("a b", "c").embeddings)
+
+
+@pytest.mark.parametrize("given", [["hi"], "hi", np.array([[101, 102]]), None])
+def test_embed_takes_an_encoding(embedder, given):
+    with pytest.raises(InputError, match=r"takes an Encoding from Embedder\.encode, not \w+"):
+        embedder.embed(given)
 
 
 def test_directory_without_tokenizer_is_refused(tmp_path, minilm_dir):
