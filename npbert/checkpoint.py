@@ -291,6 +291,26 @@ def describe(path: Path, name: str, data_start: int, tensors: dict) -> StoredTen
     return StoredTensor(path, name, info.dtype, tuple(info.shape), data_start + begin, end - begin)
 
 
+def scan_values(stored: StoredTensor, rows: int = 4096) -> str:
+    """What a stored tensor's values are, for inspect: "finite, |x| <= M", or how many are
+    NaN and infinite and the row of the first. Reads the whole tensor, `rows` rows at a time;
+    embedding does not, so a NaN there shows only in the outputs of the tokens that use it."""
+    array = read_tensor(stored).reshape(stored.shape[0], -1)  # (N, ...): a row per index
+    nan = inf = 0
+    first, largest = None, 0.0
+    for start in range(0, len(array), rows):
+        part = array[start : start + rows]
+        bad = ~np.isfinite(part)
+        if bad.any():
+            nan, inf = nan + int(np.isnan(part).sum()), inf + int(np.isinf(part).sum())
+            first = start + int(np.argwhere(bad)[0, 0]) if first is None else first
+            part = np.where(bad, np.float32(0), part)
+        largest = max(largest, float(np.abs(part).max()))
+    if first is None:
+        return f"finite, |x| <= {largest:.3g}"
+    return f"{nan} NaN, {inf} Inf (first in row {first})"
+
+
 # How each stored float dtype is mapped: bfloat16 as its raw 16 bits (NumPy has no bfloat16).
 STORED = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 

@@ -240,8 +240,8 @@ def add_inspect(commands) -> None:
         commands,
         "inspect",
         "the embedding tensors of a checkpoint",
-        "Show a checkpoint's embedding tensors (name, shape, dtype, bytes, file) and the "
-        "settings\nnpbert reads from its config.json.",
+        "Show a checkpoint's embedding tensors (name, shape, dtype, bytes, file, whether every\n"
+        "value is finite) and the settings npbert reads from its config.json.",
         "  npbert inspect path/to/checkpoint\n  npbert inspect --model bert-base-uncased\n",
     )
     inspect.add_argument(
@@ -672,7 +672,7 @@ def run_explain(args) -> int:
 
 
 def run_inspect(args) -> int:
-    from npbert.checkpoint import locate_checkpoint
+    from npbert.checkpoint import locate_checkpoint, scan_values
     from npbert.model import resolve
 
     if (args.model is None) == (args.model_option is None):
@@ -685,11 +685,11 @@ def run_inspect(args) -> int:
         f"model: {source.get('model')}" + (f" @ {source['commit']}" if "commit" in source else "")
     )
     print(describe(config))
-    print(f"{'tensor':<{width}}  {'shape':<14} {'dtype':<5} {'bytes':>12}  file")
+    print(f"{'tensor':<{width}}  {'shape':<14} {'dtype':<5} {'bytes':>12}  {'file':<18} values")
     for stored in tensors.values():
         print(
             f"{stored.name:<{width}}  {stored.shape!s:<14} {stored.dtype:<5} "
-            f"{stored.nbytes:>12,}  {stored.file.name}"
+            f"{stored.nbytes:>12,}  {stored.file.name:<18} {scan_values(stored)}"
         )
     print(f"embedding tensors: {sum(t.nbytes for t in tensors.values()):,} bytes")
     for key in ("layer_norm_eps", "pad_token_id", "positions", "padding_idx", "max_length"):

@@ -244,3 +244,22 @@ def test_both_a_legacy_and_a_current_name_are_refused_as_unclear(tmp_path):
         npbert.load_weights(tmp_path)
     names = "bert.embeddings.LayerNorm.weight and bert.embeddings.LayerNorm.gamma"
     assert f"has both {names}" in str(caught.value)
+
+
+def test_scan_values_counts_nan_and_inf_and_where_the_first_is(tmp_path):
+    from npbert.checkpoint import locate_checkpoint, scan_values
+
+    tensors = load_file(str(TINY / "model.safetensors"))
+    words = tensors["bert.embeddings.word_embeddings.weight"]
+    largest = float(np.abs(words).max())
+    words[7, 3] = words[9, 0] = np.nan
+    words[11, 5] = -np.inf
+    make_checkpoint(tmp_path, tensors)
+    _, stored = locate_checkpoint(tmp_path)
+    # 4 rows at a time: the first bad row and the counts are found across the chunks
+    assert scan_values(stored["word_embeddings"], rows=4) == "2 NaN, 1 Inf (first in row 7)"
+    assert scan_values(stored["layer_norm_weight"]).startswith("finite, |x| <= ")
+    _, tiny = locate_checkpoint(TINY)
+    assert scan_values(tiny["word_embeddings"], rows=4) == f"finite, |x| <= {largest:.3g}"
+    _, bf16 = locate_checkpoint(DATA / "tiny-bert-bf16")  # widened before it is scanned
+    assert scan_values(bf16["word_embeddings"]).startswith("finite, |x| <= ")

@@ -157,6 +157,7 @@ def test_inspect_lists_the_five_tensors(capsys):
         "layer_norm_eps: 1e-12",
         "max_position_embeddings: 128",
         "type_vocab_size: 2",
+        "model.safetensors  finite, |x| <= ",
     ):
         assert name in stdout
 
