@@ -76,6 +76,12 @@ def _check_weights(weights) -> None:
         )
 
 
+def _check_project(project) -> None:
+    # A string such as "no" is true: it would project where the caller said not to.
+    if not isinstance(project, bool | np.bool_):
+        raise InputError(f"project must be True or False, not {project!r}")
+
+
 def embed_stages(
     weights: EmbeddingWeights,
     input_ids,
@@ -94,6 +100,7 @@ def embed_stages(
     Lookups (..., L, E).
     """
     _check_weights(weights)
+    _check_project(project)
     dtype = float_dtype(dtype).type
     inputs = prepare_inputs(weights.config, input_ids, token_type_ids, position_ids, attention_mask)
     stages = weights.config.family.layer(
@@ -140,6 +147,7 @@ def embed(
     float64 from the stored weights: the exact reference.
     """
     _check_weights(weights)
+    _check_project(project)
     threads = None if threads is None else check_count("threads", threads)
     if float_dtype(dtype) != np.float32:
         arguments = (weights, input_ids, token_type_ids, position_ids, attention_mask)

@@ -132,6 +132,13 @@ def test_threads_must_be_a_positive_whole_number(weights, threads):
         npbert.embed(weights, [2, 3], threads=threads)
 
 
+@pytest.mark.parametrize("project", ["no", "yes", 1, None])
+def test_project_must_be_true_or_false(weights, project):
+    for function in (npbert.embed, npbert.embed_stages):
+        with pytest.raises(InputError, match=f"project must be True or False, not {project!r}"):
+            function(weights, [2, 3], project=project)
+
+
 def test_a_numpy_integer_is_a_whole_number(weights):
     expected = npbert.embed(weights, [2, 3], threads=2)
     np.testing.assert_array_equal(npbert.embed(weights, [2, 3], threads=np.int64(2)), expected)
