@@ -485,7 +485,8 @@ def add_corpus_options(embed: argparse.ArgumentParser) -> None:
         "--workers",
         type=count,
         metavar="N",
-        help="processes (local) or actors (ray); default: one per core (per CPU of the cluster)",
+        help="processes (local; at most 4 per core) or actors (ray); default: one per core "
+        "(per CPU of the cluster)",
     )
     corpus.add_argument(
         "--engine",

@@ -301,13 +301,26 @@ def tokenize(embedder: Embedder, records: list, truncation: bool) -> list:
     return ordered
 
 
+# Workers are forked at the start, each with its own tokenizer and chunks in memory; past the
+# cores none runs faster, and thousands of them would exhaust memory before the first shard.
+WORKERS_PER_CORE = 4
+
+
 class LocalEngine:
-    """Chunks embedded by `workers` forked processes (default: one per core), each on one
-    thread, each writing its shards' files; at most two chunks per worker in flight."""
+    """Chunks embedded by `workers` forked processes (default: one per core; at most
+    WORKERS_PER_CORE per core), each on one thread, each writing its shards' files; at most
+    two chunks per worker in flight."""
 
     def __init__(self, embedder: Embedder, *, workers: int | None, truncation: bool, dtype):
         self.embedder, self.truncation, self.dtype = embedder, truncation, dtype
-        self.workers = fast.cpus() if workers is None else check_count("workers", workers)
+        cores = fast.cpus()
+        self.workers = cores if workers is None else check_count("workers", workers)
+        if self.workers > WORKERS_PER_CORE * cores:
+            raise InputError(
+                f"workers={self.workers}: more than {WORKERS_PER_CORE} worker processes for each "
+                f"of the {cores} cores this process may use; more run no faster, and each holds "
+                "its own memory"
+            )
 
     def __call__(self, directory: Path, named: Iterator[tuple[str, Chunk]]):
         weights = self.embedder.weights

@@ -776,3 +776,19 @@ def test_the_local_job_checks_its_settings_as_ray_does(tmp_path, embedder, optio
     (tmp_path / "c.txt").write_text("one\n")
     with pytest.raises(npbert.InputError, match=message):
         embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", **options)
+
+
+def test_workers_past_a_few_per_core_are_refused_before_any_fork(tmp_path, embedder, monkeypatch):
+    from npbert import fast, stream
+
+    monkeypatch.setattr(fast, "cpus", lambda: 2)
+    monkeypatch.setattr(stream, "worker_pool", None)  # would fail if the job got that far
+    (tmp_path / "c.txt").write_text("one\n")
+    limit = 2 * stream.WORKERS_PER_CORE
+    with pytest.raises(npbert.InputError, match=f"workers={limit + 1}: more than .* the 2 cores"):
+        stream.embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", workers=limit + 1)
+    assert not (tmp_path / "o").exists()
+    assert (
+        stream.LocalEngine(embedder, workers=limit, truncation=False, dtype="float32").workers
+        == limit
+    )
