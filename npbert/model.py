@@ -79,7 +79,7 @@ def _check_weights(weights) -> None:
 def _check_project(project) -> None:
     # A string such as "no" is true: it would project where the caller said not to.
     if not isinstance(project, bool | np.bool_):
-        raise InputError(f"project must be True or False, not {project!r}")
+        raise InputError(f"project must be True or False, got {project!r}")
 
 
 def embed_stages(

@@ -135,7 +135,7 @@ def test_threads_must_be_a_positive_whole_number(weights, threads):
 @pytest.mark.parametrize("project", ["no", "yes", 1, None])
 def test_project_must_be_true_or_false(weights, project):
     for function in (npbert.embed, npbert.embed_stages):
-        with pytest.raises(InputError, match=f"project must be True or False, not {project!r}"):
+        with pytest.raises(InputError, match=f"project must be True or False, got {project!r}"):
             function(weights, [2, 3], project=project)
 
 
