@@ -118,8 +118,11 @@ def explain(
     kwargs = {"attention_mask": attention_mask, "project": True}
     stages = embed_stages(*args, **kwargs)
     final = stages.get("projected", stages["embeddings"])
-    diff = float(np.abs(final - embed(*args, **kwargs)).max())
-    bound = tolerance(final)
+    embedded = embed(*args, **kwargs)
+    bad = ~np.isfinite(final)  # NaN or Inf from the weights: compared as equal where both are
+    diff = float(np.abs(final - embedded)[~bad].max(initial=0))
+    diff = diff if np.array_equal(bad, ~np.isfinite(embedded)) else np.inf
+    bound = tolerance(np.where(bad, 0, final))
 
     positions = _used_positions(weights, input_ids)
     columns = ["input_id", *(["token_type_id"] if types is not None else [])]
@@ -152,6 +155,12 @@ def explain(
         f"Check: this equals npbert.embed(): max |diff| = {diff:.3g} "
         + (f"(equal within {bound:.3g})" if diff <= bound else "(MISMATCH)"),
     ]
+    if bad.any():
+        lines.append(
+            f"Note: {int(bad.sum())} output values are NaN or infinite, in both (NaN and Inf "
+            "are compared by place): the checkpoint's weights hold NaN or Inf, or values too "
+            "large (npbert inspect counts them)."
+        )
     return "\n".join(lines), diff <= bound
 
 

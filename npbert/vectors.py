@@ -12,6 +12,7 @@ import numpy as np
 from npbert.atomic import building_directory
 from npbert.errors import InputError
 from npbert.model import Embedder, embed_stages
+from npbert.verify import check_finite
 
 SEEDS = [
     "The quick brown fox jumps over the lazy dog",
@@ -191,6 +192,7 @@ def _arrays(weights, case: dict) -> dict[str, np.ndarray]:
         stages = embed_stages(
             weights, case["input_ids"], types, None, mask, dtype=dtype, project=True
         )
+        check_finite(stages, f"{case['description']}: the {np.dtype(dtype).name} reference")
         arrays.update({f"{stage}.{np.dtype(dtype).name}": a for stage, a in stages.items()})
     return arrays
 

@@ -220,9 +220,24 @@ def cosines(candidate: np.ndarray, reference64: np.ndarray) -> np.ndarray:
     return np.where((a == 0) & (b == 0), 1.0, dot / np.where(norms > 0, norms, 1.0))
 
 
+def check_finite(stages: dict[str, np.ndarray], what: str) -> None:
+    """InputError at the first NaN or infinity in a reference's stages, in the order computed:
+    the weights hold one (or values that overflow), and nothing can be checked against it."""
+    for name, values in stages.items():
+        bad = np.argwhere(~np.isfinite(values))
+        if bad.size:
+            at = ", ".join(str(int(i)) for i in bad[0])
+            raise InputError(
+                f"{what} is not finite: {name}[{at}] = {values[tuple(bad[0])]}; the checkpoint's "
+                "weights hold NaN or Inf, or values too large (npbert inspect counts them)"
+            )
+
+
 def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol) -> dict:
     """The full report: every provided stage in order, the first that disagrees, and for the
-    output its float32 ULP error and per-token cosine similarity."""
+    output its float32 ULP error and per-token cosine similarity. A reference64 with NaN or
+    Inf is refused: a candidate cannot be right or wrong against it."""
+    check_finite(reference64, "npbert's float64 reference")
     unknown = sorted(set(candidate) - set(reference64))
     if unknown:
         raise InputError(

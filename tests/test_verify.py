@@ -479,3 +479,33 @@ def test_token_cosine_of_two_zero_rows_is_one_and_of_one_zero_row_zero():
     reference = np.stack([zero, row, zero, 2 * row, zero])
     np.testing.assert_array_equal(cosines(candidate, reference)[:4], [1.0, 0.0, 0.0, 1.0])
     assert np.isnan(cosines(candidate, reference)[4])  # NaN stays the worst token, not 1
+
+
+@pytest.fixture
+def nan_checkpoint(tmp_path):
+    """tiny-bert with a NaN in word row 13 ('i')."""
+    shutil.copytree(TINY, tmp_path / "nan")
+    tensors = load_file(str(TINY / "model.safetensors"))
+    tensors["bert.embeddings.word_embeddings.weight"][13, 4] = np.nan
+    save_file(tensors, str(tmp_path / "nan" / "model.safetensors"))
+    return tmp_path / "nan"
+
+
+def test_a_reference_with_nan_checks_nothing(tmp_path, capsys, nan_checkpoint):
+    # A candidate that does what npbert does would otherwise FAIL, "nan vs nan", as if wrong.
+    embedder = npbert.Embedder.from_pretrained(nan_checkpoint)
+    np.save(tmp_path / "c.npy", embedder("i am").embeddings)
+    code = main(["compare", str(tmp_path / "c.npy"), "i am", "--model", str(nan_checkpoint)])
+    error = capsys.readouterr().err
+    assert code == 2 and "float64 reference is not finite: word[0, 1, 4] = nan" in error
+    code = main(["vectors", "--model", str(nan_checkpoint), "--out", str(tmp_path / "v")])
+    error = capsys.readouterr().err
+    assert code == 2 and "reference is not finite: word[" in error, error
+    assert not (tmp_path / "v").exists()
+
+
+def test_explain_compares_nan_by_place(capsys, nan_checkpoint):
+    assert main(["explain", "i am", "--model", str(nan_checkpoint)]) == 0
+    out = capsys.readouterr().out
+    assert "(equal within 1e-05)" in out and "MISMATCH" not in out
+    assert "Note: 32 output values are NaN or infinite" in out  # the row of 'i', width 32
