@@ -195,7 +195,7 @@ def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> Stag
         max_rel=max_rel,
         max_abs_float32=float(error32.max()),
         max_rel_float32=max_rel32,
-        ok=bool((error <= atol + rtol * np.abs(expected)).all()),
+        ok=_within(error, expected, atol, rtol),
         worst={
             "index": [int(i) for i in worst],
             "candidate": float(candidate[worst]),
@@ -203,6 +203,13 @@ def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> Stag
             "npbert_float32": float(expected32[worst]),
         },
     )
+
+
+def _within(error: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> bool:
+    """Every error within atol + rtol |expected|; an infinite error (a NaN or Inf where the
+    reference is finite) never is, however large the tolerance (rtol |expected| may overflow)."""
+    with np.errstate(over="ignore"):
+        return bool((np.isfinite(error) & (error <= atol + rtol * np.abs(expected))).all())
 
 
 def ulps(candidate: np.ndarray, reference64: np.ndarray) -> np.ndarray:
@@ -238,6 +245,13 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
     output its float32 ULP error and per-token cosine similarity. A reference64 with NaN or
     Inf is refused: a candidate cannot be right or wrong against it."""
     check_finite(reference64, "npbert's float64 reference")
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        number = isinstance(value, int | float | np.integer | np.floating)
+        if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
+            raise InputError(f"{name} must be a finite number of at least 0, got {value!r}")
+    if "embeddings" not in candidate:
+        raise InputError(f"the candidate has no 'embeddings' (it has {sorted(candidate)})")
+    candidate = {key: _as_float("given", key, value) for key, value in candidate.items()}
     unknown = sorted(set(candidate) - set(reference64))
     if unknown:
         raise InputError(

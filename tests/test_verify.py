@@ -509,3 +509,47 @@ def test_explain_compares_nan_by_place(capsys, nan_checkpoint):
     out = capsys.readouterr().out
     assert "(equal within 1e-05)" in out and "MISMATCH" not in out
     assert "Note: 32 output values are NaN or infinite" in out  # the row of 'i', width 32
+
+
+@pytest.fixture(scope="module")
+def tiny_stages():
+    """npbert's stages for 'i am' on tiny-bert, in float64 and float32: compare's references."""
+    weights = npbert.load_weights(TINY)
+    ids = npbert.Embedder.from_pretrained(TINY).encode(["i am"]).input_ids
+    return [
+        npbert.embed_stages(weights, ids, dtype=d, project=True) for d in (np.float64, np.float32)
+    ]
+
+
+def test_nan_never_passes_however_wide_the_tolerance(tiny_stages):
+    from npbert.verify import compare as compare_stages
+
+    reference64, reference32 = tiny_stages
+    output = reference32["embeddings"].copy()
+    output[(0,) * output.ndim] = np.nan
+    for atol, rtol in ((1e300, 0), (0, 1e308), (1e300, 1e300)):
+        report = compare_stages(
+            {"embeddings": output}, reference64, reference32, atol=atol, rtol=rtol
+        )
+        assert not report["ok"]
+
+
+@pytest.mark.parametrize(
+    ("candidate", "options", "message"),
+    [
+        ({}, {}, r"no 'embeddings' \(it has \[\]\)"),
+        ({"word": 0}, {}, r"no 'embeddings' \(it has \['word'\]\)"),
+        ({"embeddings": [["a"]]}, {}, "'embeddings' is not a numeric array"),
+        (None, {"atol": -1e-5}, "atol must be a finite number of at least 0, got -1e-05"),
+        (None, {"rtol": float("nan")}, "rtol must be a finite number of at least 0, got nan"),
+        (None, {"atol": "1e-5"}, "atol must be a finite number of at least 0, got '1e-5'"),
+        (None, {"atol": True}, "atol must be a finite number of at least 0, got True"),
+    ],
+)
+def test_compare_checks_what_it_is_given(tiny_stages, candidate, options, message):
+    from npbert.verify import compare as compare_stages
+
+    reference64, reference32 = tiny_stages
+    candidate = {"embeddings": reference32["embeddings"]} if candidate is None else candidate
+    with pytest.raises(npbert.InputError, match=message):
+        compare_stages(candidate, reference64, reference32, **({"atol": 1e-5, "rtol": 0} | options))
