@@ -143,7 +143,8 @@ def embed(
 
     float32 runs the fast path (npbert.fast) on `threads` threads (default: every core the
     process may use), within 2e-6 of the readable embed_stages for outputs under about 8 (up to
-    three float32 steps of the largest output beyond). dtype=np.float64 computes every step in
+    three float32 steps of the largest output beyond) where the word and position tables do not
+    cancel each other (npbert.fast says when). dtype=np.float64 computes every step in
     float64 from the stored weights: the exact reference.
     """
     _check_weights(weights)
