@@ -145,9 +145,9 @@ def _align(name: str, candidate: np.ndarray, expected: np.ndarray) -> tuple:
     """(expected in the candidate's shape, or None when the shapes disagree; BATCH_AXIS key).
 
     Shapes must match exactly, but for a batch axis of 1 that one of the two lacks, and
-    position rows that the reference shares across the batch, (L, E), and the candidate
-    gives per sequence. Nothing else broadcasts: a (2, 3, H) or (1, 1, 3, H) candidate for a
-    (1, 3, H) reference is a wrong shape."""
+    position rows shared by the batch, (L, E), where the other gives them per sequence (the
+    reference's rows all alike). Nothing else broadcasts: a (2, 3, H) or (1, 1, 3, H)
+    candidate for a (1, 3, H) reference is a wrong shape."""
     if candidate.shape == expected.shape:
         return expected, None
     if expected.ndim == 3 and expected.shape[0] == 1 and candidate.shape == expected.shape[1:]:
@@ -155,6 +155,9 @@ def _align(name: str, candidate: np.ndarray, expected: np.ndarray) -> tuple:
     shared = name == "position" and expected.ndim == 2 and candidate.ndim == 3
     if shared and candidate.shape[1:] == expected.shape:
         return np.broadcast_to(expected, candidate.shape), None
+    shared = name == "position" and expected.ndim == 3 and candidate.ndim == 2
+    if shared and expected.shape[1:] == candidate.shape and (expected == expected[0]).all():
+        return expected[0], None  # positions from the padding (RoBERTa), alike in every row
     if expected.ndim == 2 and candidate.shape == (1, *expected.shape):
         return expected[None], "dropped"
     return None, None

@@ -553,3 +553,24 @@ def test_compare_checks_what_it_is_given(tiny_stages, candidate, options, messag
     candidate = {"embeddings": reference32["embeddings"]} if candidate is None else candidate
     with pytest.raises(npbert.InputError, match=message):
         compare_stages(candidate, reference64, reference32, **({"atol": 1e-5, "rtol": 0} | options))
+
+
+def test_shared_position_rows_are_checked_against_per_sequence_ones():
+    # RoBERTa's reference positions are (B, L, E), from the padding; FORMAT.md lets an
+    # implementation give (L, E) where every sequence's are alike.
+    from npbert.verify import compare as compare_stages
+
+    weights = npbert.load_weights(TINY.parent / "tiny-roberta")
+    ids = np.array([[0, 261, 79, 79, 2], [0, 82, 224, 90, 2]])  # no padding: rows alike
+    references = [npbert.embed_stages(weights, ids, dtype=d) for d in (np.float64, np.float32)]
+    candidate = dict(references[1])
+    assert candidate["position"].shape == (2, 5, weights.config.embedding_size)
+    candidate["position"] = candidate["position"][0]  # (L, E)
+    report = compare_stages(candidate, *references, atol=1e-5, rtol=0)
+    assert report["ok"] and report["stages"]["position"]["ok"], report
+    padded = np.array([[0, 261, 79, 79, 2], [0, 82, 2, 1, 1]])  # 1 pads: positions differ
+    references = [npbert.embed_stages(weights, padded, dtype=d) for d in (np.float64, np.float32)]
+    candidate = {**references[1], "position": references[1]["position"][0]}
+    assert compare_stages(candidate, *references, atol=1e-5, rtol=0)["first_disagreeing_stage"] == (
+        "position"
+    )
