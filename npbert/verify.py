@@ -117,7 +117,7 @@ def _as_float(path: Path, key: str, value) -> np.ndarray:
         array = np.asarray(value)  # as it is: float64 would parse strings and dates as numbers
         if array.dtype.kind not in "iuf":
             raise TypeError(array.dtype)
-        array = array.astype(np.float64)
+        array = array.astype(np.float64, copy=False)  # compare() checks it again: no copy
     except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
         raise InputError(f"candidate {path}: '{key}' is not a numeric array") from None
     if array.ndim == 0:
