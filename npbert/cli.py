@@ -144,8 +144,9 @@ def add_embed(commands) -> None:
         "--out",
         type=Path,
         metavar="FILE",
-        help=".npz (embeddings, input_ids, token_type_ids, attention_mask, metadata) or .npy "
-        "(embeddings); with --input, the directory of shards (default: print a summary)",
+        help=".npz (embeddings, input_ids, token_type_ids, attention_mask, metadata; with "
+        "--project, projected) or .npy (embeddings, or projected); with --input, the directory "
+        "of shards (default: print a summary)",
     )
     embed.add_argument(
         "--stages", action="store_true", help="also write every stage of the layer (.npz)"
@@ -195,8 +196,8 @@ def add_compare(commands) -> None:
         "candidate",
         type=Path,
         metavar="CANDIDATE",
-        help="the output to check: .npy (the embeddings), .npz or .safetensors (embeddings "
-        "and any stages: word, token_type, position, sum, projected, normalized), or .json",
+        help="the output to check: .npy (the embeddings), .npz or .safetensors (embeddings or "
+        "projected, and any stages: word, token_type, position, sum, normalized), or .json",
     )
     add_inputs(compare)
     compare.add_argument(
@@ -410,6 +411,7 @@ def read_ids(args) -> Inputs:
 
 
 def run_embed(args) -> int:
+    from npbert.fast import apply_projection
     from npbert.model import embed, embed_stages
 
     if args.input is not None:
@@ -423,19 +425,19 @@ def run_embed(args) -> int:
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
     inputs = read_inputs(args)
     positional, keywords = inputs.embed_args()
-    keywords["project"] = args.project
     if args.stages:
-        outputs = embed_stages(*positional, **keywords)  # "projected" last, with --project
+        outputs = embed_stages(*positional, **keywords, project=args.project)  # "projected" last
     else:
         outputs = {"embeddings": embed(*positional, **keywords)}
+        if args.project and inputs.weights.config.projection == "after":
+            outputs["projected"] = apply_projection(inputs.weights, outputs["embeddings"])
+    # What the first encoder layer receives: under its own name, as compare reads it back.
+    output = "projected" if "projected" in outputs else "embeddings"
     if args.out is not None:
-        return save(args.out, {**outputs, **inputs.arrays}, metadata(inputs.weights, **inputs.meta))
-    embeddings = outputs["embeddings"]
-    print(
-        summary(
-            inputs.weights, embeddings, inputs.tokens, inputs.texts, np.atleast_2d(inputs.input_ids)
-        )
-    )
+        arrays = {**outputs, **inputs.arrays}
+        return save(args.out, output, arrays, metadata(inputs.weights, **inputs.meta))
+    ids = np.atleast_2d(inputs.input_ids)
+    print(summary(inputs.weights, output, outputs[output], inputs.tokens, inputs.texts, ids))
     return 0
 
 
@@ -594,9 +596,10 @@ def metadata(weights, **inputs) -> dict:
     }
 
 
-def save(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> int:
-    """Write .npz (all arrays and a `metadata` JSON string) or .npy (embeddings), atomically:
-    a temporary file renamed into place, so an interrupted run leaves no partial file."""
+def save(path: Path, output: str, arrays: dict[str, np.ndarray], meta: dict) -> int:
+    """Write .npz (all arrays and a `metadata` JSON string) or .npy (arrays[output], the
+    embeddings or their projection), atomically: a temporary file renamed into place, so an
+    interrupted run leaves no partial file."""
     if path.suffix not in (".npz", ".npy"):
         raise InputError(f"--out {path}: use a .npz or .npy file name")
     directory = path.parent if str(path.parent) else Path(".")
@@ -609,9 +612,8 @@ def save(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> int:
     if path.suffix == ".npz":
         write_atomically(path, lambda f: np.savez(f, **arrays, metadata=np.array(json.dumps(meta))))
     else:
-        write_atomically(path, lambda f: np.save(f, arrays["embeddings"]))
-    shape = arrays["embeddings"].shape
-    print(f"wrote {path}: embeddings {shape} {arrays['embeddings'].dtype}")
+        write_atomically(path, lambda f: np.save(f, arrays[output]))
+    print(f"wrote {path}: {output} {arrays[output].shape} {arrays[output].dtype}")
     return 0
 
 
@@ -627,7 +629,7 @@ def describe(config) -> str:
     )
 
 
-def summary(weights, embeddings: np.ndarray, tokens, texts, ids=None) -> str:
+def summary(weights, name: str, embeddings: np.ndarray, tokens, texts, ids=None) -> str:
     """A few readable lines: the model, the shape, and per sequence its tokens and end rows."""
     from npbert.explain import format_row
 
@@ -635,7 +637,7 @@ def summary(weights, embeddings: np.ndarray, tokens, texts, ids=None) -> str:
     lines = [
         f"model: {weights.source.get('model')}",
         f"   {describe(weights.config)}",
-        f"embeddings: {embeddings.shape} {embeddings.dtype}",
+        f"{name}: {embeddings.shape} {embeddings.dtype}",
     ]
     for b, rows in enumerate(batch):
         lines.append("")

@@ -67,10 +67,8 @@ def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     out = empty((batch * length, config.output_size), plan.words)  # (B * L, E)
     run(plan.work(out, input_ids.reshape(-1)), plan.blocks, threads)
     note_tokens(weights, record, batch * length)
-    if project and config.projection == "after":  # project_rows: one token rounds as in a batch
-        projected = np.empty((batch * length, weights.projection_weight.shape[0]), np.float32)
-        project_rows(out, weights.projection_weight, projected)  # (B * L, H)
-        out = projected + weights.projection_bias
+    if project and config.projection == "after":
+        out = apply_projection(weights, out)  # (B * L, H)
     out = out.reshape(batch, length, -1)  # (B, L, E or H)
     return out if inputs.input_ids.ndim == 2 else out[0]
 
@@ -178,6 +176,16 @@ def added_tile(added: np.ndarray, rows: np.ndarray, leading: bool, batch: int, b
     if rows.ndim == 2 and not (rows == first).all():
         return None
     return np.take(added, np.tile(first, repeats), 0)  # (repeats * L, E)
+
+
+def apply_projection(weights, x: np.ndarray) -> np.ndarray:
+    """The projection E -> H that ALBERT, ELECTRA and RoFormer apply after the layer: x
+    (..., E) float32 -> (..., H) float32, each row rounded as it would be in any batch."""
+    rows = x.reshape(-1, x.shape[-1])  # (n, E)
+    projected = np.empty((len(rows), weights.projection_weight.shape[0]), np.float32)
+    project_rows(rows, weights.projection_weight, projected)  # (n, H)
+    projected += weights.projection_bias
+    return projected.reshape(*x.shape[:-1], -1)  # (..., H)
 
 
 def project_rows(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:

@@ -29,6 +29,10 @@ STAGES = (
     "projected",
 )
 
+# A candidate's output: the layer's, or its projection to H (what the first encoder layer
+# receives, for ALBERT, ELECTRA and RoFormer); it gives one or both.
+OUTPUTS = ("embeddings", "projected")
+
 # What npbert embed --out writes beside the embeddings: inputs, not stages to check.
 INPUTS = ("input_ids", "token_type_ids", "position_ids", "attention_mask", "metadata")
 
@@ -38,7 +42,8 @@ DEFAULT_RTOL = 0.0
 
 def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Another implementation's output: .npy (the embeddings), .npz or .safetensors
-    (`embeddings` and any stage names), or .json (a nested list, or an object of them)."""
+    (`embeddings` or `projected`, and any stage names), or .json (a nested list, or an object
+    of them)."""
     path = regular_file(path, "candidate")
     if not path.is_file():
         raise InputError(f"candidate {path}: no such file")
@@ -51,8 +56,10 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
         arrays = load_npz(path, "candidate")
     else:
         arrays = _load_other(path, suffix)
-    if "embeddings" not in arrays:
-        raise InputError(f"candidate {path}: no 'embeddings' array (it has {sorted(arrays)})")
+    if not set(OUTPUTS) & set(arrays):
+        raise InputError(
+            f"candidate {path}: no 'embeddings' or 'projected' array (it has {sorted(arrays)})"
+        )
     unknown = sorted(set(arrays) - set(STAGES) - set(INPUTS))
     if unknown:  # a misspelled stage would otherwise go unchecked
         raise InputError(
@@ -252,8 +259,10 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
         number = isinstance(value, int | float | np.integer | np.floating)
         if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
             raise InputError(f"{name} must be a finite number of at least 0, got {value!r}")
-    if "embeddings" not in candidate:
-        raise InputError(f"the candidate has no 'embeddings' (it has {sorted(candidate)})")
+    if not set(OUTPUTS) & set(candidate):
+        raise InputError(
+            f"the candidate has no 'embeddings' or 'projected' (it has {sorted(candidate)})"
+        )
     candidate = {key: _as_float("given", key, value) for key, value in candidate.items()}
     unknown = sorted(set(candidate) - set(reference64))
     if unknown:
@@ -273,20 +282,44 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
         "first_disagreeing_stage": first_bad,
         "stages": {s.name: _stage_dict(s) for s in stages},
     }
-    output = next(s for s in stages if s.name == "embeddings")  # load_candidate requires it
-    if output.shape_ok:
-        expected, _ = _align("embeddings", candidate["embeddings"], reference64["embeddings"])
-        ulp = ulps(candidate["embeddings"], expected)
-        ulp[np.isnan(ulp)] = np.inf
-        cos = cosines(candidate["embeddings"], expected)  # (..., L)
-        cos[np.isnan(cos)] = -np.inf  # a token with NaN is the worst token
-        report["embeddings"] = {
-            "max_ulp_float32": float(ulp.max()),
-            "median_ulp_float32": float(np.median(ulp)),
-            "min_token_cosine": float(cos.min()),
-            "worst_token": [int(i) for i in np.unravel_index(np.argmin(cos), cos.shape)],
-        }
+    for output in (s for s in stages if s.name in OUTPUTS and s.shape_ok):
+        report[output.name] = output_summary(output.name, candidate, reference64)
+    if _projected_as_embeddings(candidate, reference64):
+        report["stages"]["embeddings"]["note"] = PROJECTED_AS_EMBEDDINGS
     return report
+
+
+PROJECTED_AS_EMBEDDINGS = (
+    "this is the shape of 'projected', the projection to the hidden size: give it under "
+    "that name (an .npz or .safetensors array)"
+)
+
+
+def _projected_as_embeddings(candidate: dict, reference64: dict) -> bool:
+    """Whether the candidate's 'embeddings' fail by shape where they would fit 'projected'
+    (a .npy of the output the first encoder layer receives, for ALBERT, say)."""
+    if "projected" not in reference64 or "projected" in candidate or "embeddings" not in candidate:
+        return False
+    embeddings = candidate["embeddings"]
+    return (
+        _align("embeddings", embeddings, reference64["embeddings"])[0] is None
+        and _align("projected", embeddings, reference64["projected"])[0] is not None
+    )
+
+
+def output_summary(name: str, candidate: dict, reference64: dict) -> dict:
+    """An output's float32 ULPs from the float64 reference and its worst token's cosine."""
+    expected, _ = _align(name, candidate[name], reference64[name])
+    ulp = ulps(candidate[name], expected)
+    ulp[np.isnan(ulp)] = np.inf
+    cos = cosines(candidate[name], expected)  # (..., L)
+    cos[np.isnan(cos)] = -np.inf  # a token with NaN is the worst token
+    return {
+        "max_ulp_float32": float(ulp.max()),
+        "median_ulp_float32": float(np.median(ulp)),
+        "min_token_cosine": float(cos.min()),
+        "worst_token": [int(i) for i in np.unravel_index(np.argmin(cos), cos.shape)],
+    }
 
 
 def _stage_dict(stage: StageResult) -> dict:
@@ -317,6 +350,8 @@ def format_report(report: dict) -> str:
                 f"  {name:<11} SHAPE  candidate {tuple(stage['candidate_shape'])}, "
                 f"expected {tuple(stage['expected_shape'])}"
             )
+            if "note" in stage:
+                lines.append(f"  {'':<11} note:  {stage['note']}")
             continue
         worst = stage["worst"]
         lines.append(
@@ -327,10 +362,10 @@ def format_report(report: dict) -> str:
         )
         if stage["batch_axis"]:
             lines.append(f"  {'':<11} note:  {BATCH_AXIS[stage['batch_axis']]}")
-    if "embeddings" in report:
-        out = report["embeddings"]
+    for name in (name for name in OUTPUTS if name in report):
+        out = report[name]
         lines.append(
-            f"  embeddings: float32 ULPs from the float64 reference: max "
+            f"  {name}: float32 ULPs from the float64 reference: max "
             f"{out['max_ulp_float32']:.3g}, median {out['median_ulp_float32']:.3g}; "
             f"min token cosine {out['min_token_cosine']:.9f} at {tuple(out['worst_token'])}"
         )

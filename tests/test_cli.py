@@ -266,6 +266,40 @@ def test_stages_need_an_npz(capsys):
     assert code == 2 and "--stages writes every stage to an .npz" in err
 
 
+@pytest.mark.parametrize("family", ["tiny-albert", "tiny-electra", "tiny-roformer"])
+def test_embed_project_saves_projected_under_its_name_and_compare_checks_it(
+    tmp_path, capsys, family
+):
+    model, ids, out = DATA / family, tmp_path / "ids.npy", tmp_path / "projected.npz"
+    np.save(ids, [[2, 7, 5, 3], [2, 9, 3, 0]])
+    given = ("--model", model, "--ids-file", ids)
+    code, stdout, _ = run(capsys, "embed", *given, "--project", "--out", out)
+    assert code == 0 and "projected (2, 4," in stdout
+    weights = npbert.load_weights(model)
+    with np.load(out) as saved:
+        embeddings, projected = saved["embeddings"], saved["projected"]
+    np.testing.assert_array_equal(embeddings, npbert.embed(weights, np.load(ids)))
+    np.testing.assert_array_equal(projected, npbert.embed(weights, np.load(ids), project=True))
+    assert projected.shape[-1] == weights.config.hidden_size != embeddings.shape[-1]
+    code, stdout, _ = run(capsys, "compare", out, *given)
+    assert code == 0 and "  projected   ok" in stdout and "projected: float32 ULPs" in stdout
+
+
+def test_a_projected_npy_compared_as_embeddings_is_told_its_name(tmp_path, capsys):
+    model, out = DATA / "tiny-albert", tmp_path / "projected.npy"
+    code, stdout, _ = run(capsys, "embed", "i am", "--model", model, "--project", "--out", out)
+    assert code == 0 and stdout.startswith(f"wrote {out}: projected")
+    code, stdout, _ = run(capsys, "compare", out, "--model", model, "i am")
+    assert code == 1 and "this is the shape of 'projected'" in stdout
+
+
+def test_embed_project_on_a_family_without_projection_saves_embeddings(tmp_path, capsys):
+    out = tmp_path / "bert.npz"
+    code, _, _ = run(capsys, "embed", "i am", "--model", TINY, "--project", "--out", out)
+    with np.load(out) as saved:
+        assert code == 0 and "projected" not in saved and "embeddings" in saved
+
+
 def test_texts_may_follow_the_options(capsys):
     code, stdout, _ = run(capsys, "embed", "--model", TINY, "i am", "sinan")
     assert code == 0 and "[1] sinan" in stdout

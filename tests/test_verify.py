@@ -224,7 +224,7 @@ def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm
         ("c.json", b'{"embeddings": [[true, false]]}', "'embeddings' is not a numeric array"),
         ("c.npy", "directory", "c.npy is a directory: give a file"),
         ("c.npy", "fifo", "c.npy: not a regular file"),
-        ("c.npz", None, "no 'embeddings' array"),
+        ("c.npz", None, "no 'embeddings' or 'projected' array"),
         ("c.json", b'{"embeddings": [["a"]]}', "'embeddings' is not a numeric array"),
         ("c.json", b"{oops", "cannot read it"),
         ("c.npy", b"garbage", "not a readable .npy array"),
@@ -454,7 +454,8 @@ def test_a_float8_candidate_is_refused_by_name(tmp_path, capsys):
         ("c.json", b"[[" + b"9" * 400 + b"]]", "'embeddings' is not a numeric array"),
         ("c.json", b"[[" + b"9" * 5000 + b"]]", "cannot read it"),  # past Python's digit limit
         ("c.safetensors", b"\x10" + b"\0" * 7 + b"{}", "c.safetensors: the header claims 16"),
-        ("c.npz", b"PK\x05\x06" + b"\0" * 18, "no 'embeddings' array"),  # an empty archive
+        # an empty archive
+        ("c.npz", b"PK\x05\x06" + b"\0" * 18, "no 'embeddings' or 'projected' array"),
         ("c.npz", b"PK\x03\x04garbage", "not a readable .npz archive"),
     ],
 )
@@ -537,8 +538,8 @@ def test_nan_never_passes_however_wide_the_tolerance(tiny_stages):
 @pytest.mark.parametrize(
     ("candidate", "options", "message"),
     [
-        ({}, {}, r"no 'embeddings' \(it has \[\]\)"),
-        ({"word": 0}, {}, r"no 'embeddings' \(it has \['word'\]\)"),
+        ({}, {}, r"no 'embeddings' or 'projected' \(it has \[\]\)"),
+        ({"word": 0}, {}, r"no 'embeddings' or 'projected' \(it has \['word'\]\)"),
         ({"embeddings": [["a"]]}, {}, "'embeddings' is not a numeric array"),
         (None, {"atol": -1e-5}, "atol must be a finite number of at least 0, got -1e-05"),
         (None, {"rtol": float("nan")}, "rtol must be a finite number of at least 0, got nan"),
@@ -574,3 +575,21 @@ def test_shared_position_rows_are_checked_against_per_sequence_ones():
     assert compare_stages(candidate, *references, atol=1e-5, rtol=0)["first_disagreeing_stage"] == (
         "position"
     )
+
+
+def test_a_candidate_of_the_projected_output_alone_is_checked():
+    # What the first encoder layer receives (ALBERT's projection to H): a port may stop there.
+    from npbert.verify import compare as compare_stages
+
+    weights = npbert.load_weights(TINY.parent / "tiny-albert")
+    ids = np.array([[2, 7, 5, 3]])
+    references = [
+        npbert.embed_stages(weights, ids, dtype=d, project=True) for d in (np.float64, np.float32)
+    ]
+    projected = references[1]["projected"]
+    report = compare_stages({"projected": projected}, *references, atol=1e-5, rtol=0)
+    assert report["ok"] and list(report["stages"]) == ["projected"] and "projected" in report
+    wrong = projected + np.float32(1e-3) * (np.arange(projected.shape[-1]) == 3)
+    report = compare_stages({"projected": wrong}, *references, atol=1e-5, rtol=0)
+    assert report["first_disagreeing_stage"] == "projected"
+    assert report["stages"]["projected"]["worst"]["index"][-1] == 3
