@@ -119,10 +119,15 @@ def cases(embedder: Embedder) -> dict[str, dict]:
         "one token repeated: rows differ only by position", [*first, *[middle[0]] * 14, *last]
     )
     special = sorted(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special)
+    # Tokens added to a tokenizer without resizing the model's table have no row: none to test.
+    rowless = sum(i >= config.vocab_size for i in special)
+    special = [i for i in special if i < config.vocab_size]
     pad = [] if embedder.tokenizer.pad_token_id is None else [embedder.tokenizer.pad_token_id] * 2
-    made["special_tokens"] = ids(
-        "every special token of the tokenizer, then two pads", [*special[:16], *pad]
-    )
+    left_out = f" ({rowless} past the word table left out)" if rowless else ""
+    if special or pad:
+        made["special_tokens"] = ids(
+            f"every special token of the tokenizer{left_out}, then two pads", [*special[:16], *pad]
+        )
     return made
 
 

@@ -284,6 +284,25 @@ def test_vectors_of_a_model_allowing_millions_of_tokens_stop_at_8192(capsys, tmp
     assert "8192 tokens (the model allows 10000000)" in manifest["cases"]["longest"]["description"]
 
 
+def test_vectors_leave_out_special_tokens_the_word_table_has_no_row_for(capsys, tmp_path):
+    # A token added to the tokenizer without resizing the model: common, and no row to test.
+    from tokenizers import AddedToken, Tokenizer
+
+    shutil.copytree(DATA / "tiny-electra", tmp_path / "m")
+    tokenizer = Tokenizer.from_file(str(tmp_path / "m" / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken("<extra>", special=True)])
+    tokenizer.save(str(tmp_path / "m" / "tokenizer.json"))
+    rows = npbert.load_weights(tmp_path / "m").config.vocab_size
+    assert tokenizer.token_to_id("<extra>") >= rows
+    code, _, err = cli(capsys, "vectors", "--model", tmp_path / "m", "--out", tmp_path / "v")
+    assert code == 0, err  # it failed on the case's input_ids, naming no token
+    ids = np.load(tmp_path / "v" / "special_tokens" / "input_ids.npy")
+    assert ids.max() < rows and len(set(ids[0].tolist())) > 1
+    manifest = json.loads((tmp_path / "v" / "manifest.json").read_text())
+    description = manifest["cases"]["special_tokens"]["description"]
+    assert "(1 past the word table left out)" in description
+
+
 @pytest.mark.parametrize("family", VECTOR_FAMILIES)
 def test_compare_passes_a_vectors_padded_batch_given_its_input_files(capsys, tmp_path, family):
     model = DATA / f"tiny-{family}"
