@@ -39,6 +39,19 @@ def test_layer_norm_eps_must_be_a_small_positive_number(tmp_path, eps):
         npbert.load_weights(tmp_path)
 
 
+@pytest.mark.parametrize("eps", [1e-46, 2.0**-151, 5e-324])
+def test_layer_norm_eps_that_float32_rounds_to_0_is_refused(tmp_path, eps):
+    assert np.float32(eps) == 0
+    checkpoint(tmp_path, {"layer_norm_eps": eps})
+    with pytest.raises(InputError, match=r"layer_norm_eps is .*, which float32 rounds to 0"):
+        npbert.load_weights(tmp_path)
+
+
+def test_layer_norm_eps_of_float32s_smallest_is_taken(tmp_path):
+    weights = npbert.load_weights(checkpoint(tmp_path, {"layer_norm_eps": 2.0**-149}))
+    assert np.float32(weights.config.layer_norm_eps) > 0
+
+
 def test_missing_eps_takes_the_familys_default(tmp_path):
     weights = npbert.load_weights(checkpoint(tmp_path, {"layer_norm_eps": None}))
     assert weights.config.layer_norm_eps == 1e-12
