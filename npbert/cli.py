@@ -406,8 +406,33 @@ def read_ids(args) -> Inputs:
         "attention_mask": np.ones(shape, np.int64) if attention_mask is None else attention_mask,
     }
     weights = load_weights(args.model, revision=args.revision, full=args.full)
+    check_id_files(args, weights.config, input_ids, token_type_ids, attention_mask)
     meta = {"ids_file": str(args.ids_file)}
     return Inputs(weights, input_ids, token_type_ids, arrays, meta, attention_mask=attention_mask)
+
+
+# The array each input file holds, as npbert.inputs names it in its errors.
+ID_FILES = {
+    "input_ids": "ids_file",
+    "token_type_ids": "token_type_ids_file",
+    "attention_mask": "attention_mask_file",
+}
+
+
+def check_id_files(args, config, input_ids, token_type_ids, attention_mask) -> None:
+    """The files' arrays checked as embed() checks them, an error naming the file as well as
+    the array and index ("--ids-file ids.npy: input_ids[0, 2] = -1 is out of range ...")."""
+    from npbert.inputs import prepare_inputs
+
+    try:
+        prepare_inputs(config, input_ids, token_type_ids, None, attention_mask)
+    except InputError as error:
+        name = next((n for n in ID_FILES if str(error).startswith(n)), None)
+        path = None if name is None else getattr(args, ID_FILES[name])
+        if path is None:  # a default the file did not give
+            raise
+        option = "--" + ID_FILES[name].replace("_", "-")
+        raise InputError(f"{option} {path}: {error}") from None
 
 
 def run_embed(args) -> int:

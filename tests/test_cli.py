@@ -232,6 +232,26 @@ def test_bad_ids_file_exits_2(tmp_path, capsys, ids, message):
     assert code == 2 and message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("option", "array", "message"),
+    [
+        ("--ids-file", [[2, -1, 3]], "input_ids[0, 1] = -1 is out of range"),
+        ("--token-type-ids-file", [[0, 5, 0]], "token_type_ids[0, 1] = 5 is out of range"),
+        ("--token-type-ids-file", [[0, 0]], "token_type_ids has shape (1, 2)"),
+        ("--attention-mask-file", [[1, 2, 1]], "attention_mask[0, 1] = 2 is not 0 or 1"),
+    ],
+)
+def test_a_bad_input_file_is_named_with_its_array(tmp_path, capsys, option, array, message):
+    files = {"--ids-file": [[2, 5, 3]], option: array}
+    argv = ["embed", "--model", TINY]
+    for flag, values in files.items():
+        path = tmp_path / f"{flag.strip('-')}.npy"
+        np.save(path, np.array(values))
+        argv += [flag, path]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and f"{option} {tmp_path / option.strip('-')}.npy: {message}" in err, err
+
+
 def test_console_script_runs_as_a_process(minilm_dir):
     result = subprocess.run(
         [sys.executable, "-m", "npbert.cli", "explain", "I am Sinan", "--model", str(minilm_dir)],
