@@ -38,6 +38,14 @@ def check_count(name: str, value) -> int:
     return number
 
 
+def check_flag(name: str, value) -> bool:
+    """True or False (a NumPy bool too), as project and truncation are, or InputError: a
+    string such as "no" is true, and would do what the caller said not to."""
+    if not isinstance(value, bool | np.bool_):
+        raise InputError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def _where(name: str, index: tuple) -> str:
     return f"{name}[{', '.join(str(int(i)) for i in index)}]"
 

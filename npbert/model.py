@@ -10,7 +10,7 @@ import numpy as np
 from npbert import fast
 from npbert.checkpoint import EmbeddingWeights, load_checkpoint
 from npbert.errors import InputError
-from npbert.inputs import check_count, prepare_inputs
+from npbert.inputs import check_count, check_flag, prepare_inputs
 
 
 def resolve(
@@ -76,12 +76,6 @@ def _check_weights(weights) -> None:
         )
 
 
-def _check_project(project) -> None:
-    # A string such as "no" is true: it would project where the caller said not to.
-    if not isinstance(project, bool | np.bool_):
-        raise InputError(f"project must be True or False, got {project!r}")
-
-
 def embed_stages(
     weights: EmbeddingWeights,
     input_ids,
@@ -100,7 +94,7 @@ def embed_stages(
     Lookups (..., L, E).
     """
     _check_weights(weights)
-    _check_project(project)
+    check_flag("project", project)
     dtype = float_dtype(dtype).type
     inputs = prepare_inputs(weights.config, input_ids, token_type_ids, position_ids, attention_mask)
     stages = weights.config.family.layer(
@@ -148,7 +142,7 @@ def embed(
     float64 from the stored weights: the exact reference.
     """
     _check_weights(weights)
-    _check_project(project)
+    check_flag("project", project)
     threads = None if threads is None else check_count("threads", threads)
     if float_dtype(dtype) != np.float32:
         arguments = (weights, input_ids, token_type_ids, position_ids, attention_mask)
@@ -333,6 +327,7 @@ class Embedder:
 
     def _tokenize(self, texts, pairs, truncation: bool, max_length: int | None) -> list:
         """tokenizers Encodings, unpadded, each within the call's limit on tokens."""
+        truncation = check_flag("truncation", truncation)
         limit = self.weights.config.max_length
         if max_length is not None:
             max_length = check_count("max_length", max_length)

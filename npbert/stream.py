@@ -36,7 +36,7 @@ import numpy as np
 from npbert import fast
 from npbert.atomic import is_temporary, write_atomically
 from npbert.errors import InputError, WorkerLost
-from npbert.inputs import check_count
+from npbert.inputs import check_count, check_flag
 from npbert.model import Embedder, refuse_pair
 from npbert.npyfile import load_npy, regular_file
 from npbert.progress import Progress
@@ -58,17 +58,17 @@ DTYPES = ("float32", "float16")
 Engine = Callable[[Path, Iterator[tuple[str, Chunk]]], Iterator[tuple[str, Chunk, int]]]
 
 
-def check_settings(dtype, truncation) -> None:
-    """A corpus job's output dtype and truncation flag, on either engine, or InputError."""
+def check_settings(dtype, truncation) -> bool:
+    """A corpus job's output dtype and truncation flag, on either engine, or InputError;
+    returns the flag as a bool (JSON has no NumPy bool)."""
     if dtype not in DTYPES:
         raise InputError(f"dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
-    if not isinstance(truncation, bool):
-        raise InputError(f"truncation must be True or False, got {truncation!r}")
+    return check_flag("truncation", truncation)
 
 
 def corpus_settings(weights, source, input_format, shard_bytes, truncation, dtype) -> dict:
     """What must be the same for --resume to continue a run."""
-    check_settings(dtype, truncation)
+    truncation = check_settings(dtype, truncation)
     shard_bytes = check_count("shard_bytes", shard_bytes)
     return {
         "format": FORMAT,

@@ -778,6 +778,23 @@ def test_the_local_job_checks_its_settings_as_ray_does(tmp_path, embedder, optio
         embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", **options)
 
 
+def test_a_numpy_bool_truncation_runs_the_job(tmp_path, embedder):
+    from npbert.stream import embed_corpus
+
+    (tmp_path / "c.txt").write_text("one\n")
+    embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", truncation=np.True_)
+    written = json.loads((tmp_path / "o" / "index.json").read_text())
+    assert written["truncation"] is True and written["complete"] and written["tokens"] > 0
+
+
+@pytest.mark.parametrize("truncation", ["no", 1, None])
+def test_the_embedders_truncation_must_be_true_or_false(embedder, truncation):
+    # "no" is true: the text was cut where the caller said not to cut it.
+    for call in (embedder, embedder.encode, embedder.embed_each):
+        with pytest.raises(npbert.InputError, match="truncation must be True or False"):
+            call(["one two"], truncation=truncation)
+
+
 def test_workers_past_a_few_per_core_are_refused_before_any_fork(tmp_path, embedder, monkeypatch):
     from npbert import fast, stream
 
