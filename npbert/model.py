@@ -311,6 +311,7 @@ class Embedder:
                 "embed_each takes lists of texts (and pairs); embed one with embedder(text)"
             )
         batch_size = check_count("batch_size", batch_size)
+        show_progress_bar = check_flag("show_progress_bar", show_progress_bar)
         texts, pairs = _batch(texts, pairs)
         encodings = self._tokenize(texts, pairs, truncation, max_length)
         order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")

@@ -107,6 +107,7 @@ def embed_corpus(
 def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress) -> dict:
     """The corpus job for any engine: chunks after what the index holds, shards committed in
     input order, the index rewritten after each."""
+    resume = check_flag("resume", resume)
     directory = Path(directory)
     files = input_files(settings["input"], settings["input_format"])
     index = start_index(directory, settings, resume)

@@ -795,6 +795,30 @@ def test_the_embedders_truncation_must_be_true_or_false(embedder, truncation):
             call(["one two"], truncation=truncation)
 
 
+@pytest.mark.parametrize(
+    ("call", "keyword"),
+    [
+        ("load_weights", "full"),
+        ("load_weights", "local_files_only"),
+        ("from_pretrained", "full"),
+        ("embed_corpus", "resume"),
+        ("embed_each", "show_progress_bar"),
+    ],
+)
+def test_other_flags_must_be_true_or_false_too(tmp_path, embedder, call, keyword):
+    from npbert.stream import embed_corpus
+
+    (tmp_path / "c.txt").write_text("one\n")
+    calls = {
+        "load_weights": lambda **kw: npbert.load_weights(TINY, **kw),
+        "from_pretrained": lambda **kw: npbert.Embedder.from_pretrained(TINY, **kw),
+        "embed_corpus": lambda **kw: embed_corpus(embedder, tmp_path / "c.txt", tmp_path, **kw),
+        "embed_each": lambda **kw: embedder.embed_each(["one"], **kw),
+    }
+    with pytest.raises(npbert.InputError, match=f"{keyword} must be True or False, got 'no'"):
+        calls[call](**{keyword: "no"})
+
+
 def test_workers_past_a_few_per_core_are_refused_before_any_fork(tmp_path, embedder, monkeypatch):
     from npbert import fast, stream
 
