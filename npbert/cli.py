@@ -84,14 +84,17 @@ def count(text: str) -> int:
 
 
 def tolerance(text: str) -> float:
-    """A finite number of at least 0, for --atol and --rtol."""
+    """--atol and --rtol, checked as compare() checks them."""
+    from npbert.verify import check_tolerance
+
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, not {text!r}")
-    return value
+        value = text  # refused below, as given
+    try:
+        return check_tolerance("the tolerance", value)
+    except InputError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def command(commands, name: str, summary: str, description: str, examples: str):

@@ -250,15 +250,20 @@ def check_finite(stages: dict[str, np.ndarray], what: str) -> None:
             )
 
 
+def check_tolerance(name: str, value) -> float:
+    """atol or rtol: a finite number of at least 0 (a bool is not one), or InputError."""
+    number = isinstance(value, int | float | np.integer | np.floating)
+    if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
+        raise InputError(f"{name} must be a finite number of at least 0, got {value!r}")
+    return float(value)
+
+
 def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol) -> dict:
     """The full report: every provided stage in order, the first that disagrees, and for the
     output its float32 ULP error and per-token cosine similarity. A reference64 with NaN or
     Inf is refused: a candidate cannot be right or wrong against it."""
     check_finite(reference64, "npbert's float64 reference")
-    for name, value in (("atol", atol), ("rtol", rtol)):
-        number = isinstance(value, int | float | np.integer | np.floating)
-        if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
-            raise InputError(f"{name} must be a finite number of at least 0, got {value!r}")
+    atol, rtol = check_tolerance("atol", atol), check_tolerance("rtol", rtol)
     if not set(OUTPUTS) & set(candidate):
         raise InputError(
             f"the candidate has no 'embeddings' or 'projected' (it has {sorted(candidate)})"

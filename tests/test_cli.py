@@ -418,10 +418,10 @@ def test_npy_of_a_dtype_without_bytes_is_refused(tmp_path, capsys, descr):
         (["embed", "--input", "c.txt", "--out", "o", "--workers", "0"], "--workers: must"),
         (["embed", "--input", "c.txt", "--out", "o", "--workers", "1.5"], "whole number"),
         (["embed", "--input", "c.txt", "--out", "o", "--shard-bytes", "-1"], "at least 1"),
-        (["compare", "c.npy", "x", "--atol", "-1"], "--atol: must be a finite number"),
-        (["compare", "c.npy", "x", "--atol", "nan"], "--atol: must be a finite number"),
-        (["compare", "c.npy", "x", "--rtol", "inf"], "--rtol: must be a finite number"),
-        (["compare", "c.npy", "x", "--rtol", "bogus"], "--rtol: must be a finite number"),
+        (["compare", "c.npy", "x", "--atol", "-1"], "--atol: the tolerance must be"),
+        (["compare", "c.npy", "x", "--atol", "nan"], "--atol: the tolerance must be"),
+        (["compare", "c.npy", "x", "--rtol", "inf"], "--rtol: the tolerance must be"),
+        (["compare", "c.npy", "x", "--rtol", "bogus"], "--rtol: the tolerance must be"),
     ],
 )
 def test_bad_numbers_are_usage_errors(capsys, argv, message):
