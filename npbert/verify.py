@@ -66,7 +66,9 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
             f"candidate {path}: {', '.join(map(repr, unknown))} is not a stage npbert knows "
             f"(stages: {', '.join(STAGES)}; inputs ignored: {', '.join(INPUTS)})"
         )
-    return {key: _as_float(path, key, arrays[key]) for key in STAGES if key in arrays}
+    return {
+        key: _as_float(f"candidate {path}", key, arrays[key]) for key in STAGES if key in arrays
+    }
 
 
 def _load_other(path: Path, suffix: str) -> dict:
@@ -117,18 +119,18 @@ def _first_line(error: Exception) -> str:
     return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
-def _as_float(path: Path, key: str, value) -> np.ndarray:
+def _as_float(where: str, key: str, value) -> np.ndarray:
     if isinstance(value, np.ndarray) and value.dtype.kind == "c":
-        raise InputError(f"candidate {path}: '{key}' is complex; embeddings are real numbers")
+        raise InputError(f"{where}: '{key}' is complex; embeddings are real numbers")
     try:
         array = np.asarray(value)  # as it is: float64 would parse strings and dates as numbers
         if array.dtype.kind not in "iuf":
             raise TypeError(array.dtype)
         array = array.astype(np.float64, copy=False)  # compare() checks it again: no copy
     except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
-        raise InputError(f"candidate {path}: '{key}' is not a numeric array") from None
+        raise InputError(f"{where}: '{key}' is not a numeric array") from None
     if array.ndim == 0:
-        raise InputError(f"candidate {path}: '{key}' is a scalar, not an array")
+        raise InputError(f"{where}: '{key}' is a scalar, not an array")
     return array
 
 
@@ -264,22 +266,18 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
     Inf is refused: a candidate cannot be right or wrong against it."""
     check_finite(reference64, "npbert's float64 reference")
     atol, rtol = check_tolerance("atol", atol), check_tolerance("rtol", rtol)
-    if not set(OUTPUTS) & set(candidate):
-        raise InputError(
-            f"the candidate has no 'embeddings' or 'projected' (it has {sorted(candidate)})"
-        )
-    candidate = {key: _as_float("given", key, value) for key, value in candidate.items()}
-    unknown = sorted(set(candidate) - set(reference64))
-    if unknown:
-        raise InputError(
-            f"the candidate has {', '.join(unknown)}, which this family does not compute "
-            f"(its stages: {', '.join(reference64)})"
-        )
-    stages = [
-        compare_stage(name, candidate[name], reference64[name], reference32[name], atol, rtol)
-        for name in reference64
-        if name in candidate
-    ]
+    candidate = checked_candidate(candidate, reference64)
+    with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
+        stages = [
+            compare_stage(name, candidate[name], reference64[name], reference32[name], atol, rtol)
+            for name in reference64
+            if name in candidate
+        ]
+        summaries = {
+            s.name: output_summary(s.name, candidate, reference64)
+            for s in stages
+            if s.name in OUTPUTS and s.shape_ok
+        }
     first_bad = next((s.name for s in stages if not s.ok), None)
     report = {
         "ok": first_bad is None,
@@ -287,11 +285,29 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
         "first_disagreeing_stage": first_bad,
         "stages": {s.name: _stage_dict(s) for s in stages},
     }
-    for output in (s for s in stages if s.name in OUTPUTS and s.shape_ok):
-        report[output.name] = output_summary(output.name, candidate, reference64)
+    report.update(summaries)
     if _projected_as_embeddings(candidate, reference64):
         report["stages"]["embeddings"]["note"] = PROJECTED_AS_EMBEDDINGS
     return report
+
+
+def checked_candidate(candidate, reference64: dict) -> dict:
+    """The candidate's stages as float64 arrays, its inputs (what npbert embed --out writes
+    beside them) left out, as load_candidate leaves them; or InputError."""
+    if not isinstance(candidate, dict) or not all(isinstance(k, str) for k in candidate):
+        raise InputError("the candidate must be a dict of stage names (str) to arrays")
+    candidate = {key: value for key, value in candidate.items() if key not in INPUTS}
+    if not set(OUTPUTS) & set(candidate):
+        raise InputError(
+            f"the candidate has no 'embeddings' or 'projected' (it has {sorted(candidate)})"
+        )
+    unknown = sorted(set(candidate) - set(reference64))
+    if unknown:
+        raise InputError(
+            f"the candidate has {', '.join(unknown)}, which this family does not compute "
+            f"(its stages: {', '.join(reference64)})"
+        )
+    return {key: _as_float("the candidate", key, value) for key, value in candidate.items()}
 
 
 PROJECTED_AS_EMBEDDINGS = (

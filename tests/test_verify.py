@@ -593,3 +593,36 @@ def test_a_candidate_of_the_projected_output_alone_is_checked():
     report = compare_stages({"projected": wrong}, *references, atol=1e-5, rtol=0)
     assert report["first_disagreeing_stage"] == "projected"
     assert report["stages"]["projected"]["worst"]["index"][-1] == 3
+
+
+def test_compare_takes_what_embed_stages_out_writes_as_load_candidate_does(tmp_path, capsys):
+    from npbert.verify import compare as compare_stages
+
+    out = tmp_path / "stages.npz"
+    assert main(["embed", "i am", "--model", str(TINY), "--stages", "--out", str(out)]) == 0
+    with np.load(out) as saved:
+        candidate = {key: saved[key] for key in saved}  # metadata and the inputs too
+    assert {"metadata", "input_ids", "attention_mask"} <= set(candidate)
+    weights, ids = npbert.load_weights(TINY), candidate["input_ids"]
+    references = [
+        npbert.embed_stages(weights, ids, candidate["token_type_ids"], dtype=d, project=True)
+        for d in (np.float64, np.float32)
+    ]
+    assert compare_stages(candidate, *references, atol=1e-5, rtol=0)["ok"]
+    with pytest.raises(npbert.InputError, match="a dict of stage names"):
+        compare_stages({**candidate, 1: candidate["embeddings"]}, *references, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("value", [np.inf, np.nan, 1e200])
+def test_a_candidates_inf_nan_or_overflow_fails_without_numpy_warnings(tiny_stages, value):
+    import warnings
+
+    from npbert.verify import compare as compare_stages
+
+    reference64, reference32 = tiny_stages
+    output = reference32["embeddings"].astype(np.float64)
+    output[..., 0, :] = value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "invalid value encountered in divide", "overflow ..."
+        report = compare_stages({"embeddings": output}, reference64, reference32, atol=1, rtol=0)
+    assert not report["ok"] and report["embeddings"]["min_token_cosine"] < 0.5
