@@ -92,7 +92,7 @@ def cases(embedder: Embedder) -> dict[str, dict]:
         types = np.zeros_like(input_ids) if token_type_ids is None else token_type_ids
         return {"description": description, "input_ids": input_ids, "token_type_ids": types}
 
-    first, last = _frame(tokenizer)  # the special ids around a single text
+    first, last = _frame(embedder.tokenizer.name, tokenizer)  # special ids around a text
     middle = embedder.encode([SEEDS[0]]).input_ids[0, len(first) : -len(last) or None].tolist()
     made = {
         f"seed{i}": text(f"a well-known example sentence ({i})", [s]) for i, s in enumerate(SEEDS)
@@ -131,10 +131,15 @@ def cases(embedder: Embedder) -> dict[str, dict]:
     return made
 
 
-def _frame(tokenizer) -> tuple[list[int], list[int]]:
+def _frame(name: str, tokenizer) -> tuple[list[int], list[int]]:
     """The special token ids the tokenizer puts before and after a single text."""
-    encoding = tokenizer.encode("x")
+    encoding = tokenizer.encode(SEEDS[0])
     marks = encoding.special_tokens_mask
+    if 0 not in marks:  # a BPE without an unknown token drops what it has no token for
+        raise InputError(
+            f"{name} encodes {SEEDS[0]!r} to special tokens alone ({' '.join(encoding.tokens)}):"
+            " conformance vectors need a tokenizer that gives text some tokens"
+        )
     start = marks.index(0)
     end = len(marks) - marks[::-1].index(0)
     return encoding.ids[:start], encoding.ids[end:]

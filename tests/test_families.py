@@ -303,6 +303,37 @@ def test_vectors_leave_out_special_tokens_the_word_table_has_no_row_for(capsys, 
     assert "(1 past the word table left out)" in description
 
 
+def bpe_without_unknown_token(directory, letters: str):
+    """tiny-bert's tensors with a BPE tokenizer that knows only `letters` and has no unknown
+    token: the tokenizers library drops every other character."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    shutil.copytree(DATA / "tiny-bert", directory, ignore=shutil.ignore_patterns("vocab.txt"))
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}
+    vocab |= {letter: 4 + i for i, letter in enumerate(letters)}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+    tokenizer.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def test_vectors_take_a_tokenizer_that_drops_what_it_cannot_encode(capsys, tmp_path):
+    model = bpe_without_unknown_token(tmp_path / "m", "abo")  # "x" encodes to [CLS] [SEP]
+    code, _, err = cli(capsys, "vectors", "--model", model, "--out", tmp_path / "v")
+    assert code == 0, err  # a traceback: "0 is not in list", finding the special tokens
+    ids = np.load(tmp_path / "v" / "repeated_tokens" / "input_ids.npy")[0]
+    assert ids[0] == 2 and ids[-1] == 3 and set(ids[1:-1].tolist()) <= {4, 5, 6}
+
+
+def test_vectors_refuse_a_tokenizer_that_gives_text_no_tokens(capsys, tmp_path):
+    model = bpe_without_unknown_token(tmp_path / "m", "1")
+    code, _, err = cli(capsys, "vectors", "--model", model, "--out", tmp_path / "v")
+    assert code == 2 and "to special tokens alone ([CLS] [SEP])" in err and err.count("\n") == 1
+    assert not (tmp_path / "v").exists()
+
+
 @pytest.mark.parametrize("family", VECTOR_FAMILIES)
 def test_compare_passes_a_vectors_padded_batch_given_its_input_files(capsys, tmp_path, family):
     model = DATA / f"tiny-{family}"
