@@ -109,12 +109,22 @@ def total_size(files: list[tuple[str, str]]) -> int | None:
 
 
 class Consumed:
-    """A running count and sha256 of the input consumed: what identifies it in the index."""
+    """A running count and sha256 of the input consumed: what identifies it in the index.
+    Each file's name and format are hashed before its first byte: the same bytes cut into
+    other files, or read as another format, are other texts."""
 
     def __init__(self):
         self.texts, self.bytes, self.hash = 0, 0, hashlib.sha256()
+        self.file = b""  # the next file's name and format, hashed with its first bytes
+
+    def start_file(self, path: str, input_format: str) -> None:
+        name = path if path == "-" else Path(path).name  # a directory's files are its own
+        self.file = json.dumps([name, input_format]).encode() + b"\0"
 
     def add(self, data: bytes, texts: int) -> None:
+        if self.file:
+            self.hash.update(self.file)
+            self.file = b""
         self.texts += texts
         self.bytes += len(data)
         self.hash.update(data)
@@ -150,6 +160,7 @@ def chunks(files: list[tuple[str, str]], shard_bytes: int, done: dict | None = N
     if prefix.left == 0:
         prefix.check(consumed)
     for path, input_format in files:
+        consumed.start_file(path, input_format)
         if input_format == "parquet":
             yield from _parquet_chunks(path, shard_bytes, consumed, prefix)
         else:

@@ -44,7 +44,7 @@ from npbert.ragged import embed_encodings
 from npbert.sources import Chunk, Consumed, chunks, input_files, read_chunk, total_size
 
 INDEX = "index.json"
-FORMAT = "npbert corpus embeddings, version 2"
+FORMAT = "npbert corpus embeddings, version 3"  # 3: file names and formats hashed
 SHARD_FILES = {  # array -> file name suffix
     "embeddings": "",
     "lengths": ".lengths",
@@ -206,6 +206,11 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
         return index
     index = read_index(directory, "--resume")
     changed = [key for key in settings if index.get(key) != settings[key]]
+    if "format" in changed:
+        raise InputError(
+            f"--resume: {directory} holds {index.get('format')!r}, which this npbert cannot "
+            f"continue ({FORMAT!r}): give a new directory"
+        )
     if changed:
         raise InputError(
             f"--resume: {directory} was written with other settings ({', '.join(changed)}); "

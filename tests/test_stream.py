@@ -4,6 +4,7 @@ import functools
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -325,18 +326,55 @@ def test_resume_after_an_edit_between_kill_and_resume_is_refused(tmp_path, minil
         complete=False,
     )
     prefix = "".join(line + "\n" for line in lines[: index["texts"]]).encode()
-    import hashlib
+    from npbert.sources import Consumed
 
-    index["consumed"] = {
-        "texts": index["texts"],
-        "bytes": len(prefix),
-        "sha256": hashlib.sha256(prefix).hexdigest(),
-    }
+    consumed = Consumed()
+    consumed.start_file(str(source), "txt")
+    consumed.add(prefix, index["texts"])
+    index["consumed"] = consumed.state()
     (out / "index.json").write_text(json.dumps(index))
+    unedited = tmp_path / "unedited"
+    shutil.copytree(out, unedited)
+    resumed = _run(source, unedited, minilm_dir, "--shard-bytes", "300", "--resume")
+    assert resumed.returncode == 0, resumed.stderr  # the index is as a killed run leaves it
     lines[1] = "an edited line"
     source.write_text("\n".join(lines) + "\n")
     resumed = _run(source, out, minilm_dir, "--shard-bytes", "300", "--resume")
     assert resumed.returncode == 2 and "the input has changed" in resumed.stderr
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"c.txt": '{"text": "x"}\n'}, {"c.jsonl": '{"text": "x"}\n{"text": "y"}\n'}),
+        ({"1.txt": "hello wor", "2.txt": "ld\n"}, {"1.txt": "hello world\nnext text\n"}),
+    ],
+    ids=["read as another format", "the same bytes in other files"],
+)
+def test_resume_refuses_a_directory_whose_texts_changed_though_its_bytes_did_not(
+    tmp_path, minilm_dir, before, after
+):
+    source, out = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    for name, text in before.items():
+        (source / name).write_text(text)
+    assert _run(source, out, minilm_dir).returncode == 0
+    for path in source.iterdir():
+        path.unlink()
+    for name, text in after.items():
+        (source / name).write_text(text)
+    resumed = _run(source, out, minilm_dir, "--resume")
+    assert resumed.returncode == 2 and "the input has changed" in resumed.stderr, resumed.stderr
+
+
+def test_resume_refuses_a_run_of_another_corpus_format_by_name(tmp_path, minilm_dir):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("one\ntwo\n")
+    assert _run(source, out, minilm_dir).returncode == 0
+    index = json.loads((out / "index.json").read_text())
+    (out / "index.json").write_text(json.dumps({**index, "format": "npbert corpus, version 2"}))
+    resumed = _run(source, out, minilm_dir, "--resume")
+    assert resumed.returncode == 2 and "which this npbert cannot continue" in resumed.stderr
 
 
 # --- index.json damaged (item 16), bad text (item 15) -----------------------------------------
