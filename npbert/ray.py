@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert import fast
-from npbert.errors import InputError
+from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count
 from npbert.sources import Record
 
@@ -186,6 +186,14 @@ class EmbedChunks:
             return str(error), {**arrays, "input_ids": empty, "token_type_ids": empty}
 
 
+def _lost() -> tuple:
+    """Ray's errors for an actor, worker or node that is gone (Ray imported only if it is)."""
+    import ray.exceptions as errors
+
+    return (errors.RayActorError, errors.WorkerCrashedError, errors.NodeDiedError,
+            errors.OutOfMemoryError)  # fmt: skip
+
+
 class RayEngine:
     """npbert.stream's engine on a Ray cluster. The driver (this process) scans the input
     into chunks, Ray Data hands them to `workers` actors (EmbedChunks), and the shards come
@@ -206,15 +214,23 @@ class RayEngine:
         if not items:
             return
         started = connect(ray, self.address)
+        done = 0  # shards come back in input order: items[done] is the next
         try:
-            chunks = dict(zip((i["name"] for i in items), (i["chunk"] for i in items), strict=True))
-            for batch in self.dataset(ray, items).iter_batches(batch_size=1, batch_format="numpy"):
+            batches = self.dataset(ray, items).iter_batches(batch_size=1, batch_format="numpy")
+            for batch in batches:
                 if batch["error"][0]:
                     raise InputError(batch["error"][0])
                 name = str(batch["name"][0])
                 arrays = {key: np.asarray(batch[key][0]) for key in COLUMNS}
                 write_pending(directory, name, arrays)
-                yield name, chunks[name], len(arrays["embeddings"])
+                yield name, items[done]["chunk"], len(arrays["embeddings"])
+                done += 1
+        except _lost() as error:  # Ray's message, dozens of lines, says why; the run stops here
+            raise WorkerLost(
+                f"a Ray actor or worker ended abruptly ({type(error).__name__}: killed, or out "
+                f"of memory?) and the run stopped before {items[done]['name']}: the shards "
+                "before it are kept; run again with --resume"
+            ) from None
         finally:
             if started:
                 ray.shutdown()
@@ -271,7 +287,9 @@ def connect(ray, address: str | None) -> bool:
         log_to_driver=False,  # the actors' logs stay in the cluster's log files
         logging_level=logging.ERROR,
     )
-    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    # CRITICAL: Ray Data logs an actor's death at ERROR, with a traceback; the run says it in
+    # one line (WorkerLost).
+    logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     return True
 
 

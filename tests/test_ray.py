@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -155,6 +156,54 @@ def test_a_killed_run_resumes_to_the_same_output(cluster, corpus, tmp_path):
     final = json.loads(index_path.read_text())
     assert final["complete"] and final["texts"] == len(items)
     assert not [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid` (Linux /proc): the cluster this test process started."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def test_an_actor_that_dies_stops_the_run_in_one_line_and_resume_finishes(
+    cluster, corpus, tmp_path
+):
+    directory = corpus[0]
+    args = ["--input", directory / "c.jsonl", "--out", tmp_path / "r", "--model", _minilm(),
+            "--shard-bytes", "2000"]  # fmt: skip
+    command = [sys.executable, "-m", "npbert.cli", "embed", *map(str, args), "--engine", "ray",
+               "--address", cluster, "--workers", "2", "--quiet"]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    index_path, deadline = tmp_path / "r" / "index.json", time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        if index_path.is_file() and len(json.loads(index_path.read_text())["shards"]) >= 2:
+            break
+        time.sleep(0.01)
+    actors = [
+        pid for pid in descendants(os.getpid())
+        if b"EmbedChunks" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]  # fmt: skip
+    assert actors and process.poll() is None
+    for pid in actors:
+        os.kill(pid, signal.SIGKILL)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 1 and err.count("\n") == 1, err  # was Ray's traceback
+    assert "ended abruptly (ActorDiedError" in err and "run again with --resume" in err, err
+    resumed = ray_cli(cluster, *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_corpus(tmp_path / "r", directory / "local")
 
 
 @pytest.mark.parametrize(
