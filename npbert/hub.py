@@ -315,6 +315,11 @@ def model_info(repo_id: str, revision: str | None, access: Access):
             f"cannot reach {constants.ENDPOINT} ({reason}) and {repo_id} is not cached: "
             "connect, or set HF_ENDPOINT, and run `npbert fetch` once"
         ) from None
+    except (ValueError, TypeError, AttributeError, KeyError) as error:  # an answer, not JSON
+        raise InputError(  # or not a model's info: a login page, a server at the wrong address
+            f"{constants.ENDPOINT} answered for {repo_id} with what is not a Hub's model "
+            f"info ({type(error).__name__}: {_first_line(error)}): is HF_ENDPOINT a Hub?"
+        ) from None
 
 
 def first_answer_timeout() -> float:

@@ -37,6 +37,8 @@ FAULTS = {
     "wrong_length": "announce and send one byte more than asked, Content-Range as asked",
     "wrong_size": "say in Content-Range that the file is a byte longer",
     "error_503": "answer 503 Service Unavailable",
+    "html_200": "answer 200 with an HTML page (a login page, a web server at the wrong address)",
+    "list_200": "answer 200 with JSON that is not an object: []",
 }
 
 
@@ -126,6 +128,9 @@ def make_handler(hub: FakeHub):
                 return
             if self.fault == "error_503":
                 return self.error(503, "ServiceUnavailable", "injected fault")
+            if self.fault in ("html_200", "list_200"):
+                page = b"<html>sign in</html>" if self.fault == "html_200" else b"[]"
+                return self.send(200, page, {"Content-Type": "text/html"}, body)
             if path.startswith("/api/models/"):
                 return self.model_info(path.removeprefix("/api/models/"))
             match = re.fullmatch(r"/(.+?)/resolve/([^/]+)/(.+)", path)

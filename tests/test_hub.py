@@ -452,6 +452,8 @@ def test_two_processes_fetching_at_once_both_succeed(hub, bert_base_dir):
         ("wrong_size", header_range, "then the server said"),
         ("stall", model_info, "no answer in 2 s"),
         ("error_503", model_info, "the Hub answered 503 Service Unavailable for http"),
+        ("html_200", model_info, "with what is not a Hub's model info (JSONDecodeError"),
+        ("list_200", model_info, "with what is not a Hub's model info"),
     ],
 )
 def test_each_fault_is_a_one_line_error_in_time_and_a_rerun_is_correct(hub, kind, where, message):
