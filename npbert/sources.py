@@ -252,8 +252,14 @@ def _parquet_file(path: str):
         )
     columns = [name for name in ("text", "pair") if name in schema.names]
     for name in columns:
-        kind = str(schema.field(name).type)
-        if kind not in ("string", "large_string", "string_view"):
+        if schema.names.count(name) > 1:
+            raise InputError(
+                f"{Path(path).name} has {schema.names.count(name)} columns named '{name}': "
+                "which one to read is not clear"
+            )
+        kind = schema.field(name).type
+        strings = getattr(kind, "value_type", kind)  # pandas' categoricals: a dictionary
+        if str(strings) not in ("string", "large_string", "string_view"):
             raise InputError(f"{Path(path).name}: column '{name}' holds {kind}, not strings")
     return file, columns
 

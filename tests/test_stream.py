@@ -614,6 +614,35 @@ def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
         np.testing.assert_array_equal(a, b)
 
 
+def test_parquet_of_categorical_strings_equals_plain_strings(tmp_path, embedder):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from npbert.stream import embed_corpus
+
+    texts, pairs = ["a first text", "another", "a first text"], ["x", None, "y"]
+    plain = pa.table({"text": texts, "pair": pairs})
+    categorical = pa.table({name: plain[name].dictionary_encode() for name in ("text", "pair")})
+    assert str(categorical.schema.field("text").type).startswith("dictionary<values=string")
+    pq.write_table(plain, tmp_path / "plain.parquet")
+    pq.write_table(categorical, tmp_path / "categorical.parquet")  # pandas' category dtype
+    embed_corpus(embedder, tmp_path / "plain.parquet", tmp_path / "p")
+    embed_corpus(embedder, tmp_path / "categorical.parquet", tmp_path / "c")
+    ours, theirs = list(read_corpus(tmp_path / "c")), list(read_corpus(tmp_path / "p"))
+    assert len(ours) == 3 and all(map(np.array_equal, ours, theirs))
+
+
+def test_parquet_with_two_text_columns_is_refused_by_name(tmp_path, minilm_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table([pa.array(["a", "b"]), pa.array(["c", "d"])], names=["text", "text"])
+    pq.write_table(table, tmp_path / "c.parquet")
+    result = _run(tmp_path / "c.parquet", tmp_path / "o", minilm_dir)
+    assert result.returncode == 2 and "c.parquet has 2 columns named 'text'" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
 def test_parquet_without_a_text_column(tmp_path, minilm_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
