@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     except WorkerLost as error:
         print(f"npbert: error: {error}", file=sys.stderr)
         return 1
+    except MemoryError as error:  # NumPy's names the array it could not allocate
+        print(
+            f"npbert: error: out of memory ({error or 'no more could be allocated'})",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
         print("npbert: interrupted", file=sys.stderr)
         return 130

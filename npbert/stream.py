@@ -356,7 +356,14 @@ def done(in_flight: deque) -> tuple[str, Chunk, int]:
     """The first chunk in flight, (name, chunk, its tokens), once its worker has written
     it; it stays in flight if that raises, so that the error can name it."""
     name, chunk, future = in_flight[0]
-    tokens = future.result()
+    try:
+        tokens = future.result()
+    except MemoryError:  # the worker's, sent back: an address-space limit (ulimit -v) says no
+        raise WorkerLost(
+            f"a worker ran out of memory embedding {name} ({chunk.texts:,} texts, "
+            f"{chunk.size:,} bytes of input) and the run stopped: the shards before it are "
+            "kept; run again with --resume, with a smaller --shard-bytes or more memory"
+        ) from None
     in_flight.popleft()
     return name, chunk, tokens
 

@@ -131,6 +131,24 @@ def test_corpus_larger_than_the_memory_limit_completes(tmp_path, minilm_dir):
     assert shards >= output_bytes
 
 
+def test_a_worker_out_of_memory_stops_the_run_in_one_line(tmp_path, minilm_dir):
+    lines = corpus_lines(50_000, seed=1, longest=50)  # one shard: 2 GB of float32 rows
+    (tmp_path / "big.txt").write_text("\n".join(lines) + "\n")
+    argv = ["embed", "--input", tmp_path / "big.txt", "--out", tmp_path / "o", "--model"]
+    argv += [minilm_dir, "--workers", "1", "--shard-bytes", "100000000"]
+    result = cli(*argv, preexec_fn=_limit_memory(1200 << 20))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert "a worker ran out of memory embedding shard-00000 (50,000 texts" in result.stderr
+
+
+def test_out_of_memory_in_the_command_itself_is_one_line(tmp_path, minilm_dir):
+    np.save(tmp_path / "ids.npy", np.full((4000, 512), 2000))  # 3 GB of float32 rows
+    argv = ["embed", "--ids-file", tmp_path / "ids.npy", "--model", minilm_dir]
+    result = cli(*argv, preexec_fn=_limit_memory(1200 << 20))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.stderr.startswith("npbert: error: out of memory (Unable to allocate")
+
+
 def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir):
     lines = corpus_lines(6000, seed=2)
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
