@@ -38,7 +38,7 @@ from npbert.atomic import is_temporary, write_atomically
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count, check_flag
 from npbert.model import Embedder, refuse_pair
-from npbert.npyfile import load_npy, regular_file
+from npbert.npyfile import check_header, load_npy, regular_file
 from npbert.progress import Progress
 from npbert.ragged import embed_encodings
 from npbert.sources import Chunk, Consumed, chunks, input_files, read_chunk, total_size
@@ -224,6 +224,7 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
                     f"--resume: {directory} has lost {shard['name']}{suffix}.npy, which its "
                     f"{INDEX} lists: give a new directory"
                 )
+        read_shard(directory, shard, index, "--resume")
     remove_pending(directory)
     return index
 
@@ -442,26 +443,36 @@ def read_corpus(directory: str | os.PathLike) -> Iterator[np.ndarray]:
     directory = Path(directory)
     index = read_index(directory, "read_corpus")
     for shard in index["shards"]:
-        rows, lengths = read_shard(directory, shard)
+        rows, lengths = read_shard(directory, shard, index, "read_corpus")
         for start, length in zip(np.cumsum(lengths) - lengths, lengths, strict=True):
             yield rows[start : start + length]
 
 
-def read_shard(directory: Path, shard: dict) -> tuple[np.ndarray, np.ndarray]:
+def read_shard(directory: Path, shard: dict, index: dict, what: str) -> tuple:
     """A shard's rows (tokens, E), memory-mapped, and its lengths (texts,), checked to agree
-    with each other and the index: sliced unchecked, a negative or wrong length would give
-    another text's rows without a word. Else InputError."""
-    path = directory / f"{shard['name']}.npy"
+    with each other and the index (its tokens, width and dtype): sliced unchecked, a negative
+    or wrong length would give another text's rows without a word, and a shard of another
+    run, rows of another model. Else InputError naming `what` reads it."""
+    path = regular_file(directory / f"{shard['name']}.npy", f"{what}:")
+    with open(path, "rb") as f:  # a missing file stays FileNotFoundError, with its path
+        check_header(f, os.fstat(f.fileno()).st_size, f"{what}: {path}")  # truncated, foreign
     try:
-        rows = np.load(regular_file(path, "read_corpus:"), mmap_mode="r", allow_pickle=False)
-    except ValueError as error:  # a missing file stays FileNotFoundError, with its path
-        raise InputError(f"read_corpus: {path} is not a readable shard ({error})") from None
-    lengths = load_npy(directory / f"{shard['name']}.lengths.npy", "read_corpus:")
-    where = f"read_corpus: {directory / shard['name']}"
+        rows = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as error:  # object arrays: never unpickled
+        raise InputError(f"{what}: {path} is not a readable shard ({error})") from None
+    lengths = load_npy(directory / f"{shard['name']}.lengths.npy", f"{what}:")
+    where = f"{what}: {directory / shard['name']}"
     if rows.ndim != 2 or lengths.ndim != 1 or lengths.dtype.kind not in "iu":
         raise InputError(
             f"{where}: rows {rows.shape} {rows.dtype} and lengths {lengths.shape} "
             f"{lengths.dtype} are not a shard's (tokens, E) rows and (texts,) integer lengths"
+        )
+    listed = (shard.get("tokens"), index.get("hidden_size"), index.get("dtype"))
+    if (*rows.shape, rows.dtype.name) != listed:
+        raise InputError(
+            f"{where}: its rows are {rows.shape} {rows.dtype}, where the index lists "
+            f"{listed[0]} tokens of width {listed[1]} in {listed[2]}: the shard is not this "
+            "run's, or damaged"
         )
     outside = ((lengths < 0) | (lengths > len(rows))).any()  # and so no sum that wraps around
     if outside or lengths.sum() != len(rows) or shard.get("texts") != len(lengths):

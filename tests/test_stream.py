@@ -555,6 +555,37 @@ def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(tmp_path, lengths,
 
 
 @pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (np.zeros((10, 384), np.float32), "rows are (10, 384) float32, where the index lists 10"),
+        (np.zeros((10, 32), np.float16), "rows are (10, 32) float16, where the index lists 10"),
+        (np.zeros((9, 32), np.float32), "rows are (9, 32) float32, where the index lists 10"),
+        (b"garbage\n", "not a readable .npy array"),  # not NumPy's advice to unpickle it
+        (np.array([f"{i:064d}" for i in range(320)], object).reshape(10, 32), "Python objects"),
+    ],
+    ids=["another model's", "another dtype", "lengths agree, index does not", "garbage", "pickle"],
+)
+def test_a_shard_that_is_not_this_runs_is_refused_by_read_corpus_and_resume(
+    tmp_path, rows, message
+):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("a b\nc\nd\n")
+    assert _run(source, out, TINY).returncode == 0
+    if isinstance(rows, bytes):
+        (out / "shard-00000.npy").write_bytes(rows)
+    else:
+        np.save(out / "shard-00000.npy", rows, allow_pickle=True)
+    if len(rows) == 9:
+        np.save(out / "shard-00000.lengths.npy", np.array([3, 3, 3]))
+    with pytest.raises(npbert.InputError, match="read_corpus: ") as caught:
+        list(read_corpus(out))
+    assert message in str(caught.value)
+    resumed = _run(source, out, TINY, "--resume")
+    assert resumed.returncode == 2 and f"--resume: {out}" in resumed.stderr, resumed.stderr
+    assert message in resumed.stderr and resumed.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
     ("name", "content", "message"),
     [
         ("c.txt", b"fine\nbad \xff byte\n", "c.txt line 2: not UTF-8 text (invalid start byte"),
