@@ -19,7 +19,7 @@ import numpy as np
 from npbert import __version__
 from npbert.errors import InputError, WorkerLost
 from npbert.npyfile import load_npy
-from npbert.verify import DEFAULT_ATOL, DEFAULT_RTOL
+from npbert.verify import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerance
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,10 +89,16 @@ def count(text: str) -> int:
     return value
 
 
+def path(text: str) -> Path:
+    """A file or directory argument; an empty one is refused, where Path("") would be the
+    current directory (--out "" wrote a corpus's shards there)."""
+    if not text:
+        raise argparse.ArgumentTypeError("is empty: give a path")
+    return Path(text)
+
+
 def tolerance(text: str) -> float:
     """--atol and --rtol, checked as compare() checks them."""
-    from npbert.verify import check_tolerance
-
     try:
         value = float(text)
     except ValueError:
@@ -151,7 +157,7 @@ def add_embed(commands) -> None:
     add_inputs(embed)
     embed.add_argument(
         "--out",
-        type=Path,
+        type=path,
         metavar="FILE",
         help=".npz (embeddings, input_ids, token_type_ids, attention_mask, metadata; with "
         "--project, projected) or .npy (embeddings, or projected); with --input, the directory "
@@ -203,7 +209,7 @@ def add_compare(commands) -> None:
     )
     compare.add_argument(
         "candidate",
-        type=Path,
+        type=path,
         metavar="CANDIDATE",
         help="the output to check: .npy (the embeddings), .npz or .safetensors (embeddings or "
         "projected, and any stages: word, token_type, position, sum, normalized), or .json",
@@ -240,7 +246,7 @@ def add_vectors(commands) -> None:
     )
     add_model(vectors)
     vectors.add_argument(
-        "--out", type=Path, required=True, metavar="DIR", help="a new directory for the vectors"
+        "--out", type=path, required=True, metavar="DIR", help="a new directory for the vectors"
     )
     vectors.set_defaults(run=run_vectors)
 
@@ -322,19 +328,19 @@ def add_inputs(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ids-file",
-        type=Path,
+        type=path,
         metavar="IDS.npy",
         help="token ids instead of TEXT: (L,) or (B, L) integers",
     )
     parser.add_argument(
         "--token-type-ids-file",
-        type=Path,
+        type=path,
         metavar="TT.npy",
         help="token type ids for --ids-file, of its shape (default: all 0)",
     )
     parser.add_argument(
         "--attention-mask-file",
-        type=Path,
+        type=path,
         metavar="MASK.npy",
         help="attention mask for --ids-file, of its shape, 0 for padding (default: all 1); "
         "DeBERTa's layer zeroes padded rows",
@@ -794,7 +800,7 @@ def add_positions_parser(commands) -> None:
     add_model(positions)
     positions.add_argument(
         "--plot",
-        type=Path,
+        type=path,
         metavar="FILE",
         help="draw the figure: .png, .svg or .pdf (needs npbert[plot])",
     )

@@ -108,6 +108,8 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
     """The corpus job for any engine: chunks after what the index holds, shards committed in
     input order, the index rewritten after each."""
     resume = check_flag("resume", resume)
+    if not os.fspath(directory):  # Path("") is the current directory
+        raise InputError("the output directory is empty: give a directory for the shards")
     directory = Path(directory)
     files = input_files(settings["input"], settings["input_format"])
     index = start_index(directory, settings, resume)

@@ -935,6 +935,20 @@ def test_other_flags_must_be_true_or_false_too(tmp_path, embedder, call, keyword
         calls[call](**{keyword: "no"})
 
 
+def test_an_empty_output_directory_is_refused_not_taken_as_the_current_one(
+    tmp_path, embedder, monkeypatch
+):
+    from npbert.stream import embed_corpus
+
+    (tmp_path / "c.txt").write_text("one\n")
+    monkeypatch.chdir(tmp_path)
+    result = _run(tmp_path / "c.txt", "", TINY)
+    assert result.returncode == 2 and "argument --out: is empty" in result.stderr
+    with pytest.raises(npbert.InputError, match="the output directory is empty"):
+        embed_corpus(embedder, tmp_path / "c.txt", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
+
+
 def test_workers_past_a_few_per_core_are_refused_before_any_fork(tmp_path, embedder, monkeypatch):
     from npbert import fast, stream
 
