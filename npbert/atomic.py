@@ -72,8 +72,9 @@ def _naming(path: Path) -> Iterator[None]:
     except OSError as error:
         if error.errno is None and type(error) is not OSError:  # not a file's (an HTTP error)
             raise
-        # NumPy's short writes (a full disk) are plain OSErrors with no errno nor file name
-        raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+        # NumPy's short writes are plain OSErrors with no errno nor file name, nor the reason
+        reason = error.strerror or f"{error}: a short write (the disk, or a quota, is full?)"
+        raise OSError(error.errno, reason, str(path)) from error
 
 
 @contextmanager

@@ -141,6 +141,18 @@ def test_a_worker_out_of_memory_stops_the_run_in_one_line(tmp_path, minilm_dir):
     assert "a worker ran out of memory embedding shard-00000 (50,000 texts" in result.stderr
 
 
+def test_a_full_disk_is_one_line_saying_so(tmp_path, minilm_dir):
+    (tmp_path / "c.txt").write_text("\n".join(corpus_lines(400, seed=1)) + "\n")
+
+    def small_files():  # a write past 100 KiB stops short, as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100 << 10, 100 << 10))
+
+    result = cli("embed", "--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--model",
+                 minilm_dir, "--workers", "1", preexec_fn=small_files)  # fmt: skip
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "written: a short write (the disk, or a quota, is full?)" in result.stderr
+
+
 def test_out_of_memory_in_the_command_itself_is_one_line(tmp_path, minilm_dir):
     np.save(tmp_path / "ids.npy", np.full((4000, 512), 2000))  # 3 GB of float32 rows
     argv = ["embed", "--ids-file", tmp_path / "ids.npy", "--model", minilm_dir]
