@@ -48,10 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"npbert: error: {error}", file=sys.stderr)
         return 1
     except MemoryError as error:  # NumPy's names the array it could not allocate
-        print(
-            f"npbert: error: out of memory ({error or 'no more could be allocated'})",
-            file=sys.stderr,
-        )
+        reason = str(error) or "no more could be allocated"
+        print(f"npbert: error: out of memory ({reason})", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("npbert: interrupted", file=sys.stderr)

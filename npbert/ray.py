@@ -226,10 +226,11 @@ class RayEngine:
                 yield name, items[done]["chunk"], len(arrays["embeddings"])
                 done += 1
         except _lost() as error:  # Ray's message, dozens of lines, says why; the run stops here
+            where = f" before {items[done]['name']}" if done < len(items) else ""
             raise WorkerLost(
                 f"a Ray actor or worker ended abruptly ({type(error).__name__}: killed, or out "
-                f"of memory?) and the run stopped before {items[done]['name']}: the shards "
-                "before it are kept; run again with --resume"
+                f"of memory?) and the run stopped{where}: the shards before it are kept; run "
+                "again with --resume"
             ) from None
         finally:
             if started:
