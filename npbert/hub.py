@@ -307,6 +307,8 @@ def model_info(repo_id: str, revision: str | None, access: Access):
         )
     except HfHubHTTPError:  # an answer; in 0.x it is one of requests' errors too
         raise
+    except json.JSONDecodeError as error:  # before network_errors: requests' is one of them
+        raise not_model_info(repo_id, error) from None
     except network_errors() as error:
         reason = _first_line(error)
         if "timeout" in type(error).__name__.lower():  # each client names its timeouts so
@@ -315,11 +317,18 @@ def model_info(repo_id: str, revision: str | None, access: Access):
             f"cannot reach {constants.ENDPOINT} ({reason}) and {repo_id} is not cached: "
             "connect, or set HF_ENDPOINT, and run `npbert fetch` once"
         ) from None
-    except (ValueError, TypeError, AttributeError, KeyError) as error:  # an answer, not JSON
-        raise InputError(  # or not a model's info: a login page, a server at the wrong address
-            f"{constants.ENDPOINT} answered for {repo_id} with what is not a Hub's model "
-            f"info ({type(error).__name__}: {_first_line(error)}): is HF_ENDPOINT a Hub?"
-        ) from None
+    except (ValueError, TypeError, AttributeError, KeyError) as error:  # JSON, not an object
+        raise not_model_info(repo_id, error) from None
+
+
+def not_model_info(repo_id: str, error: Exception) -> InputError:
+    """An answer that is not a Hub's model info: a login page, a server at the wrong address."""
+    from huggingface_hub import constants
+
+    return InputError(
+        f"{constants.ENDPOINT} answered for {repo_id} with what is not a Hub's model info "
+        f"({type(error).__name__}: {_first_line(error)}): is HF_ENDPOINT a Hub?"
+    )
 
 
 def first_answer_timeout() -> float:
