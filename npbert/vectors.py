@@ -92,8 +92,7 @@ def cases(embedder: Embedder) -> dict[str, dict]:
         types = np.zeros_like(input_ids) if token_type_ids is None else token_type_ids
         return {"description": description, "input_ids": input_ids, "token_type_ids": types}
 
-    first, last = _frame(embedder.tokenizer.name, tokenizer)  # special ids around a text
-    middle = embedder.encode([SEEDS[0]]).input_ids[0, len(first) : -len(last) or None].tolist()
+    first, middle, last = _frame(embedder.tokenizer.name, tokenizer)  # specials, text, specials
     made = {
         f"seed{i}": text(f"a well-known example sentence ({i})", [s]) for i, s in enumerate(SEEDS)
     }
@@ -131,8 +130,9 @@ def cases(embedder: Embedder) -> dict[str, dict]:
     return made
 
 
-def _frame(name: str, tokenizer) -> tuple[list[int], list[int]]:
-    """The special token ids the tokenizer puts before and after a single text."""
+def _frame(name: str, tokenizer) -> tuple[list[int], list[int], list[int]]:
+    """The ids of the first example sentence: the special tokens the tokenizer puts before a
+    single text, the text's own, and the special tokens after it."""
     encoding = tokenizer.encode(SEEDS[0])
     marks = encoding.special_tokens_mask
     if 0 not in marks:  # a BPE without an unknown token drops what it has no token for
@@ -142,7 +142,7 @@ def _frame(name: str, tokenizer) -> tuple[list[int], list[int]]:
         )
     start = marks.index(0)
     end = len(marks) - marks[::-1].index(0)
-    return encoding.ids[:start], encoding.ids[end:]
+    return encoding.ids[:start], encoding.ids[start:end], encoding.ids[end:]
 
 
 def sha256(path: Path) -> str:
