@@ -46,7 +46,8 @@ def check_flag(name: str, value) -> bool:
     return bool(value)
 
 
-def _where(name: str, index: tuple) -> str:
+def indexed(name: str, index: tuple) -> str:
+    """Where a value is, as errors name it: "input_ids[1, 4]"."""
     return f"{name}[{', '.join(str(int(i)) for i in index)}]"
 
 
@@ -66,14 +67,14 @@ def as_id_array(name: str, ids) -> np.ndarray:
             bad = ~np.isfinite(array) | (array != np.round(array))
             if bad.any():
                 index = tuple(np.argwhere(bad)[0])
-                raise InputError(f"{_where(name, index)} = {array[index]} is not an integer id")
+                raise InputError(f"{indexed(name, index)} = {array[index]} is not an integer id")
         raise InputError(f"{name} must be an integer array, got dtype {array.dtype}")
     if array.ndim not in (1, 2):
         raise InputError(f"{name} must have shape (L,) or (B, L), got {array.shape}")
     if not isinstance(ids, np.ndarray) and array.min() <= 1 and _holds_bool(ids):
         flat = np.array(ids, dtype=object)  # (B, L) or (L,), only to say where
         index = tuple(np.argwhere(np.frompyfunc(_is_bool, 1, 1)(flat).astype(bool))[0])
-        raise InputError(f"{_where(name, index)} = {flat[index]} is a bool, not an integer id")
+        raise InputError(f"{indexed(name, index)} = {flat[index]} is a bool, not an integer id")
     return array
 
 
@@ -125,7 +126,7 @@ def check_range(name: str, ids: np.ndarray, table: str, rows: int) -> np.ndarray
         value = int(ids[index])
         why = " (NumPy would silently wrap it to a row from the end)" if value < 0 else ""
         raise InputError(
-            f"{_where(name, index)} = {value} is out of range{why}: "
+            f"{indexed(name, index)} = {value} is out of range{why}: "
             f"{table} has {rows} rows (ids 0..{rows - 1})"
         )
     return ids.astype(np.intp, copy=False)
@@ -202,7 +203,7 @@ def _padded(config, input_ids: np.ndarray) -> np.ndarray:
         where = np.unravel_index(np.argmax(positions), positions.shape)[:-1]
         real = int(positions.max()) - config.padding_idx
         raise InputError(
-            f"{_where('input_ids', where) if where else 'input_ids'} has {real} tokens that are "
+            f"{indexed('input_ids', where) if where else 'input_ids'} has {real} tokens that are "
             f"not padding, more than {config.model_type}'s positions allow ({config.max_length}"
             f": max_position_embeddings {config.max_position_embeddings} - padding_idx "
             f"{config.padding_idx} - 1)"
@@ -225,5 +226,5 @@ def _mask(attention_mask, input_ids) -> np.ndarray | None:
     bad = (mask != 0) & (mask != 1)
     if bad.any():
         index = tuple(np.argwhere(bad)[0])
-        raise InputError(f"{_where('attention_mask', index)} = {mask[index]} is not 0 or 1")
+        raise InputError(f"{indexed('attention_mask', index)} = {mask[index]} is not 0 or 1")
     return mask.astype(np.intp)

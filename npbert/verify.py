@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert.errors import InputError
+from npbert.inputs import indexed
 from npbert.npyfile import load_npy, load_npz, regular_file
 
 # Every stage name a family may have (npbert.embedding), for reading a candidate's arrays.
@@ -245,9 +246,9 @@ def check_finite(stages: dict[str, np.ndarray], what: str) -> None:
     for name, values in stages.items():
         bad = np.argwhere(~np.isfinite(values))
         if bad.size:
-            at = ", ".join(str(int(i)) for i in bad[0])
+            at = tuple(bad[0])
             raise InputError(
-                f"{what} is not finite: {name}[{at}] = {values[tuple(bad[0])]}; the checkpoint's "
+                f"{what} is not finite: {indexed(name, at)} = {values[at]}; the checkpoint's "
                 "weights hold NaN or Inf, or values too large (npbert inspect counts them)"
             )
 
