@@ -301,11 +301,11 @@ def embed_corpus_on_ray(
 ) -> dict:  # fmt: skip
     """npbert.stream.embed_corpus on a Ray cluster (`address`, or one started here) with
     `workers` actors: the same shards, index and --resume. Returns the index."""
-    from npbert.model import load_weights
+    from npbert.model import Embedder
     from npbert.stream import corpus_settings, run_job
 
-    weights = load_weights(model, revision=revision, full=full)  # for the index's settings
-    settings = corpus_settings(weights, source, input_format, shard_bytes, truncation, dtype)
+    embedder = Embedder.from_pretrained(model, revision=revision, full=full)  # for the index
+    settings = corpus_settings(embedder, source, input_format, shard_bytes, truncation, dtype)
     engine = RayEngine(
         model, revision=revision, full=full, truncation=truncation, dtype=dtype,
         workers=workers, address=address,

@@ -397,6 +397,68 @@ def test_resume_refuses_a_directory_whose_texts_changed_though_its_bytes_did_not
     assert resumed.returncode == 2 and "the input has changed" in resumed.stderr, resumed.stderr
 
 
+def _linked_checkpoint(source: Path, directory: Path, changed: str | None = None) -> Path:
+    """directory with a link to each of source's files but `changed`, which is copied."""
+    directory.mkdir()
+    for path in source.iterdir():
+        if path.name == changed:
+            shutil.copy(path, directory / path.name)
+        else:
+            (directory / path.name).symlink_to(path)
+    return directory
+
+
+def _rewrite_config(path: Path) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), "layer_norm_eps": 1e-5}))
+
+
+def _rewrite_tensor(path: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(path)
+    tensors["embeddings.word_embeddings.weight"][2000] += 1  # as fine-tuning would
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def _rewrite_tokenizer(path: Path) -> None:
+    tokenizer = json.loads(path.read_text())
+    tokenizer["normalizer"]["lowercase"] = False
+    path.write_text(json.dumps(tokenizer))
+
+
+@pytest.mark.parametrize(
+    ("name", "rewrite"),
+    [
+        ("config.json", _rewrite_config),
+        ("model.safetensors", _rewrite_tensor),
+        ("tokenizer.json", _rewrite_tokenizer),
+    ],
+)
+def test_resume_refuses_a_checkpoint_changed_in_place(tmp_path, minilm_dir, name, rewrite):
+    """The same --model path, other embeddings: resuming would mix two models' shards."""
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("One text\nAnother\n")
+    model = _linked_checkpoint(minilm_dir, tmp_path / "m", changed=name)
+    assert _run(source, out, model).returncode == 0
+    rewrite(model / name)
+    resumed = _run(source, out, model, "--resume")
+    assert resumed.returncode == 2 and "other settings (checkpoint)" in resumed.stderr
+
+
+def test_resume_takes_the_same_checkpoint_and_input_under_other_paths(tmp_path, minilm_dir):
+    (tmp_path / "in.txt").write_text("One text\n")
+    _linked_checkpoint(minilm_dir, tmp_path / "m")
+    first = cli("embed", "--input", "in.txt", "--out", "o", "--model", "m", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    with (tmp_path / "in.txt").open("a") as f:
+        f.write("Another\n")
+    shutil.copytree(minilm_dir, tmp_path / "copy")
+    again = ["embed", "--input", "./in.txt", "--out", "o", "--model", "copy", "--resume"]
+    resumed = cli(*again, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "embedded 2 texts" in resumed.stdout
+
+
 def test_resume_refuses_a_run_of_another_corpus_format_by_name(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("one\ntwo\n")
