@@ -28,6 +28,7 @@ from npbert.inputs import check_count
 from npbert.sources import Record
 
 COLUMNS = ("embeddings", "input_ids", "token_type_ids", "lengths")
+OUT_OF_MEMORY = "MemoryError"  # EmbedChunks' error for a shard it had no memory for
 
 
 def _ray(local: bool = False):
@@ -169,9 +170,10 @@ class EmbedChunks:
         }
 
     def shard(self, chunk) -> tuple[str, dict]:
-        """("", the shard's arrays), or (the message, empty arrays) for bad input: the error
-        goes back in order with the shards, as data (raised here, Ray would hand the driver
-        a wrapper without the InputError, and its traceback on the terminal)."""
+        """("", the shard's arrays), or (the message, empty arrays) for bad input, or
+        (OUT_OF_MEMORY, empty arrays): the error goes back in order with the shards, as data
+        (raised here, Ray would hand the driver a wrapper without the InputError or
+        MemoryError, and its traceback on the terminal)."""
         from npbert.sources import read_chunk
         from npbert.stream import shard_arrays
 
@@ -180,10 +182,16 @@ class EmbedChunks:
             records = read_chunk(chunk)
             return "", shard_arrays(embed.embedder, records, embed.truncation, embed.dtype)
         except InputError as error:
-            width = embed.embedder.weights.config.output_size
-            empty = np.empty(0, np.int64)
-            arrays = {"embeddings": np.empty((0, width), embed.dtype), "lengths": empty}
-            return str(error), {**arrays, "input_ids": empty, "token_type_ids": empty}
+            return str(error), self.empty()
+        except MemoryError:  # the driver names the shard, as the local job does
+            return OUT_OF_MEMORY, self.empty()
+
+    def empty(self) -> dict[str, np.ndarray]:
+        embed = self.embed
+        width = embed.embedder.weights.config.output_size
+        empty = np.empty(0, np.int64)
+        arrays = {"embeddings": np.empty((0, width), embed.dtype), "lengths": empty}
+        return {**arrays, "input_ids": empty, "token_type_ids": empty}
 
 
 def _lost() -> tuple:
@@ -207,7 +215,7 @@ class RayEngine:
         self.address = address
 
     def __call__(self, directory: Path, named):
-        from npbert.stream import write_pending
+        from npbert.stream import out_of_memory, write_pending
 
         ray = _ray(local=self.address is None)
         items = [{"name": name, "chunk": chunk} for name, chunk in named]
@@ -218,6 +226,8 @@ class RayEngine:
         try:
             batches = self.dataset(ray, items).iter_batches(batch_size=1, batch_format="numpy")
             for batch in batches:
+                if batch["error"][0] == OUT_OF_MEMORY:
+                    raise out_of_memory(items[done]["name"], items[done]["chunk"])
                 if batch["error"][0]:
                     raise InputError(batch["error"][0])
                 name = str(batch["name"][0])

@@ -384,13 +384,18 @@ def done(in_flight: deque) -> tuple[str, Chunk, int]:
     try:
         tokens = future.result()
     except MemoryError:  # the worker's, sent back: an address-space limit (ulimit -v) says no
-        raise WorkerLost(
-            f"a worker ran out of memory embedding {name} ({chunk.texts:,} texts, "
-            f"{chunk.size:,} bytes of input) and the run stopped: the shards before it are "
-            "kept; run again with --resume, with a smaller --shard-bytes or more memory"
-        ) from None
+        raise out_of_memory(name, chunk) from None
     in_flight.popleft()
     return name, chunk, tokens
+
+
+def out_of_memory(name: str, chunk: Chunk) -> WorkerLost:
+    """What stops the run when a worker (or a Ray actor) had no memory for a shard."""
+    return WorkerLost(
+        f"a worker ran out of memory embedding {name} ({chunk.texts:,} texts, "
+        f"{chunk.size:,} bytes of input) and the run stopped: the shards before it are "
+        "kept; run again with --resume, with a smaller --shard-bytes or more memory"
+    )
 
 
 _job = None  # in a worker: (embedder, truncation, dtype), inherited through fork

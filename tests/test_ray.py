@@ -206,6 +206,39 @@ def test_an_actor_that_dies_stops_the_run_in_one_line_and_resume_finishes(
     assert_same_corpus(tmp_path / "r", directory / "local")
 
 
+def test_an_actor_out_of_memory_stops_the_run_in_one_line(tmp_path, monkeypatch, minilm_dir):
+    """The corpus job's actor run in this process, its batches handed over as Ray Data
+    would: Ray does not start under an address-space limit (its store's mmap fails), so no
+    actor here can be made to run out of memory. The third shard has none."""
+    import npbert.ray as engine
+
+    (tmp_path / "c.txt").write_text("\n".join(corpus_lines(60, seed=3)) + "\n")
+    actor, calls = engine.EmbedChunks(minilm_dir), []
+    shard_arrays = npbert.stream.shard_arrays
+
+    def short_of_memory(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise MemoryError("Unable to allocate 9.0 GiB for an array")
+        return shard_arrays(*args)
+
+    class Dataset:  # RayEngine.dataset's, without Ray: one row a batch, in order
+        def __init__(self, items):
+            self.items = items
+
+        def iter_batches(self, **_):
+            for item in self.items:
+                yield actor({key: np.array([value], object) for key, value in item.items()})
+
+    monkeypatch.setattr(npbert.stream, "shard_arrays", short_of_memory)
+    monkeypatch.setattr(engine, "connect", lambda ray, address: False)
+    monkeypatch.setattr(engine.RayEngine, "dataset", lambda self, ray, items: Dataset(items))
+    with pytest.raises(npbert.WorkerLost, match="out of memory embedding shard-00002 \\("):
+        engine.embed_corpus_on_ray(minilm_dir, tmp_path / "c.txt", tmp_path / "r", shard_bytes=900)
+    index = json.loads((tmp_path / "r" / "index.json").read_text())
+    assert [shard["name"] for shard in index["shards"]] == ["shard-00000", "shard-00001"]
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message", "bad"),
     [
