@@ -72,17 +72,10 @@ def read_json_object(path: Path) -> dict:
 
 def identify(raw: dict, tensor_names, where: str) -> str:
     """The model_type: config.json's when it names a family npbert implements, else InputError.
-    A config without one is BERT only when the tensors are BERT's and nothing else's."""
+    A config without one is BERT's only where nothing else could be (legacy_bert)."""
     model_type = raw.get("model_type")
     if model_type is None:
-        names = set(tensor_names)
-        for prefix in ("", "bert."):
-            if all(any(prefix + n in names for n in legacy) for legacy in BERT.values()):
-                return "bert"
-        raise InputError(
-            f"{where} has no model_type and its tensors are not BERT's: add the model_type "
-            f"(one of {', '.join(sorted(FAMILIES))})"
-        )
+        model_type = legacy_bert(raw, set(tensor_names), where)
     if not isinstance(model_type, str):
         raise InputError(f"{where}: model_type is {model_type!r}, not a string")
     if model_type in REFUSED:
@@ -104,6 +97,37 @@ def identify(raw: dict, tensor_names, where: str) -> str:
             "position embeddings only (transformers 4 skipped them for relative types)"
         )
     return model_type
+
+
+def legacy_bert(raw: dict, names: set, where: str) -> str:
+    """ "bert" for a config without a model_type (older BERT checkpoints have none) whose
+    tensors are BERT's and whose architectures, if any, are BERT classes; else InputError.
+    Tensors without BertForPreTraining's `bert.` prefix need such architectures: RoBERTa,
+    Longformer and others save the same bare names, and read as BERT their positions would
+    be wrong."""
+    architectures = raw.get("architectures")
+    prefixes = ("bert.",) if architectures is None else ("bert.", "")
+    if architectures is not None and not (
+        isinstance(architectures, list)
+        and architectures
+        and all(str(a).startswith("Bert") for a in architectures)
+    ):
+        reason = f"its architectures ({architectures!r}) are not BERT's"
+    elif any(_bert_tensors(names, prefix) for prefix in prefixes):
+        return "bert"
+    elif _bert_tensors(names, ""):
+        reason = "its tensors have no bert. prefix and no architectures: any family's could"
+    else:
+        reason = "its tensors are not BERT's"
+    raise InputError(
+        f"{where} has no model_type and {reason}: add the model_type (one of "
+        f"{', '.join(sorted(FAMILIES))})"
+    )
+
+
+def _bert_tensors(names: set, prefix: str) -> bool:
+    """Whether names holds each of BERT's embedding tensors (or its legacy name) after prefix."""
+    return all(any(prefix + name in names for name in legacy) for legacy in BERT.values())
 
 
 def expected_tensors(raw: dict, model_type: str, where: str) -> list[str]:

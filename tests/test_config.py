@@ -1,6 +1,7 @@
 """config.json and the index: every field npbert uses is checked, every refusal names why."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -157,6 +158,38 @@ def test_every_refused_model_type_says_why():
 def test_without_model_type_bert_tensors_load_as_bert(tmp_path):
     weights = npbert.load_weights(checkpoint(tmp_path, {"model_type": None}))
     assert weights.config.model_type == "bert"
+
+
+def _bare(name: str) -> str:
+    return name.removeprefix("bert.")
+
+
+def test_without_model_type_bare_bert_tensors_load_as_bert_where_architectures_say_so(tmp_path):
+    checkpoint(tmp_path, {"model_type": None, "architectures": ["BertModel"]}, rename=_bare)
+    assert npbert.load_weights(tmp_path).config.model_type == "bert"
+
+
+@pytest.mark.parametrize(
+    ("changes", "rename", "message"),
+    [  # RoBERTa's bare tensors have BERT's names: read as BERT, its positions were wrong
+        ({"architectures": ["RobertaForMaskedLM"]}, _bare, "architectures (['RobertaForMaskedLM'"),
+        ({"architectures": ["RobertaModel"]}, None, "are not BERT's"),
+        ({"architectures": []}, _bare, "its architectures ([]) are not BERT's"),
+        ({}, _bare, "its tensors have no bert. prefix and no architectures"),
+    ],
+)
+def test_without_model_type_what_could_be_another_family_is_refused(
+    tmp_path, changes, rename, message
+):
+    checkpoint(tmp_path, {"model_type": None, **changes}, rename=rename)
+    with pytest.raises(InputError, match=re.escape(message)):
+        npbert.load_weights(tmp_path)
+
+
+def test_without_model_type_bert_is_checked_as_bert_is(tmp_path):
+    checkpoint(tmp_path, {"model_type": None, "position_embedding_type": "relative_key"})
+    with pytest.raises(InputError, match="position_embedding_type is 'relative_key'"):
+        npbert.load_weights(tmp_path)
 
 
 @pytest.mark.parametrize("prefix", ["roberta.", "distilbert."])
