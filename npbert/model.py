@@ -343,16 +343,22 @@ class Embedder:
         if self.weights.config.type_vocab_size == 1 and types.any():  # as stream.tokenize
             row = int(types.any(axis=1).argmax())
             refuse_pair(self.weights.config, f"pairs[{row}]", int(types.max()))
-        rows = self.weights.config.vocab_size
-        past = np.argwhere(padded.input_ids >= rows)
+        past = np.argwhere(padded.input_ids >= self.weights.config.vocab_size)
         if past.size:
             b, i = past[0]
-            raise InputError(
-                f"{self.tokenizer.name} gives the token {padded.tokens[b][i]!r} the id "
-                f"{padded.input_ids[b, i]}, past the model's word table ({rows} rows): the "
-                "tokenizer and the checkpoint disagree"
-            )
+            where = f"texts[{b}]"
+            refuse_token(self, where, padded.tokens[b][i], int(padded.input_ids[b, i]))
         return padded
+
+
+def refuse_token(embedder: Embedder, where: str, token: str, token_id: int) -> None:
+    """InputError: the tokenizer gives a token an id past the word table (an added token
+    the checkpoint's table was never resized for), which would be blamed on input_ids."""
+    raise InputError(
+        f"{where}: {embedder.tokenizer.name} gives the token {token!r} the id {token_id}, past "
+        f"the model's word table ({embedder.weights.config.vocab_size} rows): the tokenizer "
+        "and the checkpoint disagree"
+    )
 
 
 def refuse_pair(config, where: str, token_type: int) -> None:

@@ -40,7 +40,7 @@ from npbert import fast
 from npbert.atomic import is_temporary, write_atomically
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count, check_flag
-from npbert.model import Embedder, refuse_pair
+from npbert.model import Embedder, refuse_pair, refuse_token
 from npbert.npyfile import check_header, load_npy, regular_file
 from npbert.progress import Progress
 from npbert.ragged import embed_encodings
@@ -325,10 +325,14 @@ def tokenize(embedder: Embedder, records: list, truncation: bool) -> list:
             encodings.update(zip(members, encoded, strict=True))
     ordered = [encodings[i] for i in range(len(records))]
     config = embedder.weights.config
-    if config.type_vocab_size == 1:  # BERT's tokenizer gives sentence B type 1: no row for it
-        for record, encoding in zip(records, ordered, strict=True):
-            if record.pair is not None and max(encoding.type_ids) >= 1:
-                refuse_pair(config, record.where, max(encoding.type_ids))
+    for record, encoding in zip(records, ordered, strict=True):  # as Embedder._pad checks
+        if encoding.ids and max(encoding.ids) >= config.vocab_size:
+            token_id = max(encoding.ids)  # its token, as tokens were not asked for:
+            token = embedder.tokenizer.tokenizer.id_to_token(token_id)
+            refuse_token(embedder, record.where, token, token_id)
+        # BERT's tokenizer gives sentence B type 1, which a model of one type has no row for
+        if config.type_vocab_size == 1 and record.pair is not None and max(encoding.type_ids):
+            refuse_pair(config, record.where, max(encoding.type_ids))
     return ordered
 
 

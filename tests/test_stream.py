@@ -426,6 +426,18 @@ def _rewrite_tokenizer(path: Path) -> None:
     path.write_text(json.dumps(tokenizer))
 
 
+def test_a_token_past_the_word_table_names_its_line_and_the_tokenizer(tmp_path, minilm_dir):
+    model = _linked_checkpoint(minilm_dir, tmp_path / "m", changed="tokenizer.json")
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    tokenizer["model"]["vocab"]["hello"] = 99999  # an added id the table never grew for
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    (tmp_path / "c.txt").write_text("fine\nsay hello\n")
+    result = _run(tmp_path / "c.txt", tmp_path / "o", model)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "c.txt line 2: " in result.stderr  # was "input_ids[3] = 99999 is out of range"
+    assert "gives the token 'hello' the id 99999, past the model's word table" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("name", "rewrite"),
     [
