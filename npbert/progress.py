@@ -9,6 +9,16 @@ None: nothing.
 import sys
 import time
 
+from npbert.errors import InputError
+
+MODES = ("bar", "lines", None)
+
+
+def check_mode(mode) -> None:
+    """InputError unless mode is one of MODES."""
+    if not (mode is None or (isinstance(mode, str) and mode in MODES)):
+        raise InputError(f"progress must be 'bar', 'lines' or None, not {mode!r}")
+
 
 class Progress:
     """Bytes of input embedded so far, against `total` (None if unknown)."""

@@ -42,7 +42,7 @@ from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count, check_flag
 from npbert.model import Embedder, refuse_pair, refuse_token
 from npbert.npyfile import check_header, load_npy, regular_file
-from npbert.progress import Progress
+from npbert.progress import Progress, check_mode
 from npbert.ragged import embed_encodings
 from npbert.sources import Chunk, Consumed, chunks, input_files, read_chunk, total_size
 
@@ -130,6 +130,7 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
     """The corpus job for any engine: chunks after what the index holds, shards committed in
     input order, the index rewritten after each."""
     resume = check_flag("resume", resume)
+    check_mode(progress)
     if not os.fspath(directory):  # Path("") is the current directory
         raise InputError("the output directory is empty: give a directory for the shards")
     directory = Path(directory)

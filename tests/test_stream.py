@@ -397,6 +397,14 @@ def test_resume_refuses_a_directory_whose_texts_changed_though_its_bytes_did_not
     assert resumed.returncode == 2 and "the input has changed" in resumed.stderr, resumed.stderr
 
 
+@pytest.mark.parametrize("progress", ["bars", "line", True, 1, ["bar"]])
+def test_embed_corpus_refuses_a_progress_it_would_not_show(tmp_path, embedder, progress):
+    (tmp_path / "c.txt").write_text("x\n")
+    with pytest.raises(npbert.InputError, match="progress must be 'bar', 'lines' or None"):
+        stream.embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", progress=progress)
+    assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
 def _linked_checkpoint(source: Path, directory: Path, changed: str | None = None) -> Path:
     """directory with a link to each of source's files but `changed`, which is copied."""
     directory.mkdir()
