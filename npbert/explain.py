@@ -9,6 +9,8 @@ nothing of its own.
 import numpy as np
 
 from npbert.checkpoint import EmbeddingWeights
+from npbert.errors import InputError
+from npbert.inputs import prepare_inputs
 from npbert.model import embed, embed_stages
 
 SHOWN = 3  # values shown at each end of a row, as torch prints tensors
@@ -116,7 +118,10 @@ def explain(
     types = token_type_ids if config.type_vocab_size else None
     args = (weights, input_ids, types)
     kwargs = {"attention_mask": attention_mask, "project": True}
+    used = prepare_inputs(config, input_ids, types, None, attention_mask)  # with the defaults
+    check_one_text(tokens, used.input_ids)
     stages = embed_stages(*args, **kwargs)
+    input_ids, types, positions = used.input_ids, used.token_type_ids, used.position_ids
     final = stages.get("projected", stages["embeddings"])
     embedded = embed(*args, **kwargs)
     bad = ~np.isfinite(final)  # NaN or Inf from the weights: compared as equal where both are
@@ -124,7 +129,6 @@ def explain(
     diff = diff if np.array_equal(bad, ~np.isfinite(embedded)) else np.inf
     bound = tolerance(np.where(bad, 0, final))
 
-    positions = _used_positions(weights, input_ids)
     columns = ["input_id", *(["token_type_id"] if types is not None else [])]
     columns += ["position_id"] if positions is not None else []
     table = [f"   {'i':>3} {'token':<14} " + "  ".join(f"{c:>13}" for c in columns)]
@@ -164,9 +168,11 @@ def explain(
     return "\n".join(lines), diff <= bound
 
 
-def _used_positions(weights: EmbeddingWeights, input_ids) -> np.ndarray | None:
-    """The positions the family looks up by default (None where it has no position table)."""
-    from npbert.inputs import prepare_inputs
-
-    inputs = prepare_inputs(weights.config, input_ids, None, None, None)
-    return inputs.position_ids
+def check_one_text(tokens: list[str], input_ids: np.ndarray) -> None:
+    """InputError unless input_ids is one text, (L,), and tokens its L tokens as strings."""
+    if input_ids.ndim != 1:
+        raise InputError(f"explain takes one text: input_ids (L,), not {input_ids.shape}")
+    if not isinstance(tokens, list | tuple) or not all(isinstance(t, str) for t in tokens):
+        raise InputError("explain takes the text's tokens as a list of strings")
+    if len(tokens) != len(input_ids):
+        raise InputError(f"explain takes a token per id: {len(tokens)} for {len(input_ids)} ids")

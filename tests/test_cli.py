@@ -120,6 +120,31 @@ def test_explain_walks_through_and_checks(capsys, minilm_dir):
     assert diff and float(diff[1]) <= 2e-6  # the fast path's tolerance (npbert.fast)
 
 
+def test_explain_from_python_shows_the_default_token_types():
+    from npbert.explain import explain
+
+    weights = npbert.load_weights(TINY)
+    text, equal = explain(weights, ["[CLS]", "a", "[SEP]"], [2, 5, 3], None, None)
+    assert equal and "Segment embeddings: rows 0 of" in text  # was "rows None"
+    assert "token_type_id" in text
+
+
+@pytest.mark.parametrize(
+    ("tokens", "input_ids", "message"),
+    [
+        (["a"], [2, 5, 3], "a token per id: 1 for 3 ids"),  # was a walk-through of 1, "ok"
+        (["a", "b", "c", "d"], [2, 5, 3], "a token per id: 4 for 3 ids"),  # was IndexError
+        (["a", "b"], [[2, 5], [3, 4]], "one text: input_ids (L,), not (2, 2)"),  # TypeError
+        ("abc", [2, 5, 3], "tokens as a list of strings"),
+    ],
+)
+def test_explain_from_python_refuses_what_is_not_one_tokenized_text(tokens, input_ids, message):
+    from npbert.explain import explain
+
+    with pytest.raises(npbert.InputError, match=re.escape(message)):
+        explain(npbert.load_weights(TINY), tokens, input_ids, None, None)
+
+
 def test_explain_checks_large_outputs_in_float32_steps(capsys, tmp_path):
     # gamma x 300: outputs of a few hundred, where 1e-5 is less than one float32 step.
     import shutil
