@@ -103,6 +103,8 @@ def _load_safetensors(path: Path) -> dict:
     arrays = {}
     with safe_open(str(path), "numpy") as file:
         for name, info in tensors.items():
+            if not info.shape:  # memory-mapped, it would fail: say it as _as_float does
+                raise InputError(f"candidate {path}: '{name}' is a scalar, not an array")
             if info.dtype in STORED:
                 arrays[name] = read_tensor(describe(path, name, data_start, tensors))
                 continue

@@ -443,6 +443,15 @@ def test_a_float8_candidate_is_refused_by_name(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
+def test_a_scalar_safetensors_candidate_is_named_a_scalar(tmp_path, capsys, dtype):
+    size = {"BF16": 2, "F16": 2, "F32": 4}[dtype]
+    raw_safetensors(tmp_path / "c.safetensors", dtype, np.zeros((), f"u{size}"))
+    code, _, err = compare_text(capsys, tmp_path / "c.safetensors")
+    assert code == 2 and "'embeddings' is a scalar, not an array" in err, err  # BF16 was
+    assert err.count("\n") == 1  # "cannot read it (Cannot set flags on array scalars.)"
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
