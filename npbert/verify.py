@@ -380,7 +380,7 @@ def format_report(report: dict) -> str:
         worst = stage["worst"]
         lines.append(
             f"  {name:<11} {'ok  ' if stage['ok'] else 'FAIL'}   max |diff| {stage['max_abs']:.3g}"
-            f" (vs npbert float32 {stage['max_abs_vs_npbert_float32']:.3g}),"
+            f" (vs npbert's float32 spec {stage['max_abs_vs_npbert_float32']:.3g}),"
             f" max rel {stage['max_rel']:.3g}; worst at {tuple(worst['index'])}:"
             f" {worst['candidate']:.8g} vs {worst['reference']:.8g}"
         )
