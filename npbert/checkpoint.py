@@ -199,7 +199,10 @@ def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str,
 def check_shapes(stored: dict[str, StoredTensor], model_type: str, where: str) -> None:
     """The tensors must agree with each other: tables (N, E), the LayerNorm (E,) or, after
     DeBERTa's projection, (H,), the projection (H, E) and its bias (H,)."""
-    width = stored["word_embeddings"].shape[-1]  # E
+    word = stored["word_embeddings"]
+    if len(word.shape) != 2:  # its last axis would be taken for E, and others blamed
+        raise InputError(f"{where}: {word.name} has shape {word.shape}, expected a table (N, E)")
+    width = word.shape[-1]  # E
     hidden = stored["projection_weight"].shape[0] if "projection_weight" in stored else width
     normalized = hidden if FAMILIES[model_type].projection == "inside" else width
     expected = {

@@ -142,6 +142,16 @@ def test_config_disagreements_are_refused(tmp_path, changes, message):
         npbert.load_weights(tmp_path)
 
 
+@pytest.mark.parametrize("shape", [(87 * 32,), (87, 32, 1)])
+def test_a_word_table_that_is_not_2d_is_blamed_for_itself(tmp_path, shape):
+    tensors = renamed(lambda k: k)
+    word = "bert.embeddings.word_embeddings.weight"
+    tensors[word] = tensors[word].reshape(shape)  # its last axis was taken for E
+    make_checkpoint(tmp_path, tensors)
+    with pytest.raises(InputError, match=re.escape(f"{shape}, expected a table (N, E)")):
+        npbert.load_weights(tmp_path)
+
+
 def test_tensor_shapes_that_disagree_are_refused(tmp_path):
     tensors = renamed(lambda k: k)
     tensors["bert.embeddings.LayerNorm.beta"] = np.zeros(31, np.float32)
