@@ -471,11 +471,18 @@ def worker_pool(workers: int, job):
 # --- reading ------------------------------------------------------------------------------
 
 
-def read_corpus(directory: str | os.PathLike) -> Iterator[np.ndarray]:
+def read_corpus(directory: str | os.PathLike, *, partial: bool = False) -> Iterator[np.ndarray]:
     """Every text's embeddings, (L_i, E) in the run's dtype, in input order, memory-mapped,
-    from a run of either engine."""
+    from a run of either engine. A run that has not completed (stopped, or still going) is
+    refused unless partial=True, which reads the texts its shards hold so far."""
     directory = Path(directory)
     index = read_index(directory, "read_corpus")
+    if not check_flag("partial", partial) and index.get("complete") is not True:
+        raise InputError(
+            f"read_corpus: {directory} holds a run that has not completed (the first "
+            f"{index.get('texts', 0):,} texts): finish it with --resume, or pass partial=True "
+            "to read what it holds"
+        )
     for shard in index["shards"]:
         rows, lengths = read_shard(directory, shard, index, "read_corpus")
         for start, length in zip(np.cumsum(lengths) - lengths, lengths, strict=True):

@@ -405,6 +405,20 @@ def test_embed_corpus_refuses_a_progress_it_would_not_show(tmp_path, embedder, p
     assert not (tmp_path / "o").exists()  # refused before anything was written
 
 
+def test_read_corpus_refuses_a_run_that_has_not_completed_unless_asked(tmp_path, minilm_dir):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("\n".join(corpus_lines(40, seed=3)) + "\n")
+    assert _run(source, out, minilm_dir, "--shard-bytes", "500").returncode == 0
+    index = json.loads((out / "index.json").read_text())
+    kept = index["shards"][:2]  # as a run stopped after two shards leaves it
+    texts = sum(shard["texts"] for shard in kept)
+    stopped = {**index, "shards": kept, "texts": texts, "complete": False}
+    (out / "index.json").write_text(json.dumps(stopped))
+    with pytest.raises(npbert.InputError, match=f"has not completed \\(the first {texts} texts"):
+        next(read_corpus(out))  # it gave the first texts as if they were all
+    assert len(list(read_corpus(out, partial=True))) == texts < 40
+
+
 def _linked_checkpoint(source: Path, directory: Path, changed: str | None = None) -> Path:
     """directory with a link to each of source's files but `changed`, which is copied."""
     directory.mkdir()
