@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses longer headers
@@ -82,8 +83,9 @@ def parse_header(raw: bytes, data_length: int, where: str) -> dict[str, TensorHe
     buffer of data_length bytes (the file's size - 8 - n). Raises InputError naming `where`."""
     try:
         parsed = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(f"{where}: the safetensors header is not valid JSON ({error})") from None
+    except JSON_ERRORS as error:
+        problem = json_problem(error)
+        raise InputError(f"{where}: the safetensors header is not valid JSON ({problem})") from None
     if not isinstance(parsed, dict):
         raise InputError(f"{where}: the safetensors header is not a JSON object")
     metadata = parsed.pop("__metadata__", {})

@@ -44,7 +44,7 @@ from npbert.checkpoint import (
     no_safetensors,
     read_index,
 )
-from npbert.config import read_config
+from npbert.config import JSON_ERRORS, read_config
 from npbert.errors import InputError
 from npbert.header import (
     TensorHeader,
@@ -249,7 +249,7 @@ def _weights_size(directory: Path) -> int:
             recorded = (f.metadata() or {}).get("npbert", "{}")
         try:
             return int(json.loads(recorded)["full_bytes"])
-        except (ValueError, TypeError, KeyError):  # a file npbert did not cut: its own size
+        except (*JSON_ERRORS, TypeError, KeyError):  # a file npbert did not cut: its own size
             return single.stat().st_size
     shards = set(read_index(directory / INDEX_FILE).values())  # checked by damage() before
     return sum((directory / s).stat().st_size for s in shards if (directory / s).is_file())

@@ -94,7 +94,11 @@ def test_only_float_tensors_are_read():
         require_floats(tensors, [WORD], "here")
 
 
-@pytest.mark.parametrize("raw", [b"[]", b"{", b"\xff", b'{"x": 1}'])
+@pytest.mark.parametrize(
+    "raw",
+    [b"[]", b"{", b"\xff", b'{"x": 1}', b'{"x": ' + b"9" * 5000 + b"}", b"[" * 100_000],
+    ids=["list", "cut", "not UTF-8", "not an entry", "huge integer", "deep"],
+)
 def test_a_header_that_is_not_an_object_of_entries_is_refused(raw):
     with pytest.raises(InputError, match=r"^here: "):
         parse_header(raw, 0, "here")
