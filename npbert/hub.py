@@ -191,8 +191,11 @@ def from_cache(repo_id: str, revision: str | None, full: bool, access: Access) -
     commit = snapshot.name
     candidates = [snapshot] if full else [snapshot / EMBEDDINGS_DIR, snapshot]
     for directory in candidates:
-        if (directory / WEIGHTS_FILE).is_file() or holds_shards(directory, snapshot):
-            problem = damage(directory)
+        entry = directory != snapshot
+        if (entry and directory.is_dir()) or (
+            (directory / WEIGHTS_FILE).is_file() or holds_shards(directory, snapshot)
+        ):
+            problem = entry_damage(directory, snapshot) if entry else damage(directory)
             if problem is not None:
                 again = "npbert fetch" + (" --full" if directory == snapshot else "")
                 raise InputError(
@@ -220,6 +223,17 @@ def holds_shards(directory: Path, snapshot: Path) -> bool:
         return all((directory / weight_map[name]).is_file() for name in names)
     except (ValueError, KeyError, TypeError):  # damage() says what is wrong
         return True
+
+
+def entry_damage(entry: Path, snapshot: Path) -> str | None:
+    """What is wrong with an npbert-embeddings entry, or None. An entry is renamed into place
+    whole, with its weights file and a copy of every small file of the snapshot's, so a file
+    missing from it was removed since (by hand, by a cleaning tool)."""
+    copies = [name for name in SMALL_FILES if (snapshot / name).is_file()]
+    missing = [name for name in (WEIGHTS_FILE, *copies) if not (entry / name).is_file()]
+    if missing:
+        return f"{entry} lacks {', '.join(missing)}"
+    return damage(entry)
 
 
 def damage(directory: Path) -> str | None:
@@ -419,8 +433,8 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
     with WeakFileLock(lock):
         remove_stale_temporaries(snapshot.parent)
         problem = None
-        if (target / WEIGHTS_FILE).is_file():  # cached before, or by another process meanwhile
-            problem = damage(target)
+        if target.is_dir():  # cached before, or by another process meanwhile
+            problem = entry_damage(target, snapshot)
             if problem is None:
                 return Fetched(target, source, 0, _weights_size(target), True)
             shutil.rmtree(target)

@@ -535,13 +535,27 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
     assert "config.json" in result.stdout and "npbert-embeddings" not in result.stdout
 
 
-def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub):
+def truncate(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+DAMAGE = {  # someone else's doing, and what the error says of it
+    "truncated weights": (lambda entry: truncate(entry / "model.safetensors"), "cover"),
+    "no weights": (lambda entry: (entry / "model.safetensors").unlink(), "model.safetensors"),
+    "no config": (lambda entry: (entry / "config.json").unlink(), "lacks config.json"),
+    "no vocab": (lambda entry: (entry / "vocab.txt").unlink(), "lacks vocab.txt"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub, case):
     assert hub.run("fetch", "test/tiny").returncode == 0
-    weights = entries(hub, "test/tiny")[0] / "model.safetensors"
-    os.truncate(weights, weights.stat().st_size // 2)  # someone else's doing
+    spoil, problem = DAMAGE[case]
+    spoil(entries(hub, "test/tiny")[0])
     for argv in (["embed", "x", "--model", "test/tiny"], ["inspect", "test/tiny"]):
         line = one_line(hub.run(*argv))
         assert "is damaged" in line and "run `npbert fetch test/tiny` to repair it" in line
+        assert problem in line
     repaired = hub.run("fetch", "test/tiny")
     assert repaired.returncode == 0, repaired.stderr
     assert "repaired: the cached copy was damaged" in repaired.stdout
@@ -549,6 +563,7 @@ def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub):
         npbert.load_weights(entries(hub, "test/tiny")[0]).word_embeddings,
         npbert.load_weights(TINY).word_embeddings,
     )
+    assert embed_to(hub, hub.home, "test/tiny")["embeddings"].shape[-1] == 32
 
 
 def test_a_damaged_full_download_is_reported_and_repaired_too(hub):
