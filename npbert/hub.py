@@ -60,6 +60,7 @@ EMBEDDINGS_DIR = "npbert-embeddings"  # in a snapshot; no Hub repo is expected t
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
 GAP = 1 << 16  # tensors closer than this in a file are fetched with one Range request
 DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # for TensorSpec
+TIMEOUT_VARIABLES = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")  # seconds, as int()
 # Seconds to wait for the Hub's first answer unless HF_HUB_ETAG_TIMEOUT says otherwise:
 # huggingface_hub's own default is 10 s, which with the interpreter's start would put an
 # unreachable Hub's error past 10 s.
@@ -162,6 +163,7 @@ def fetch(
 ) -> Fetched:
     """The checkpoint of a Hub repo, from the cache unless `refresh`, else from the Hub (a
     damaged cached entry is fetched again). local_files_only: from the cache, or an error."""
+    check_timeout_variables()
     access = Access(token, cache_dir, local_files_only)
     if revision == "":
         raise InputError("the revision is empty: give a branch, tag or commit, or none for main")
@@ -343,6 +345,24 @@ def not_model_info(repo_id: str, error: Exception) -> InputError:
         f"{constants.ENDPOINT} answered for {repo_id} with what is not a Hub's model info "
         f"({type(error).__name__}: {_first_line(error)}): is HF_ENDPOINT a Hub?"
     )
+
+
+def check_timeout_variables() -> None:
+    """HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT, if set, must be whole numbers of
+    seconds, 1 or more. Checked before huggingface_hub is imported: it reads them with int()
+    on import, so that "1.5" is a ValueError from the import; it takes a negative number,
+    which the HTTP client refuses in the middle of a request, and 0, which it replaces with
+    its default of 10 s."""
+    for name in TIMEOUT_VARIABLES:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = int(value)
+        except ValueError:
+            seconds = 0
+        if seconds < 1:
+            raise InputError(f"{name}={value!r} is not a whole number of seconds, 1 or more")
 
 
 def first_answer_timeout() -> float:

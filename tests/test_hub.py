@@ -316,6 +316,37 @@ def test_hub_that_accepts_and_never_answers_fails_in_time(hub, env, limit, recor
     record(f"Hub that never answers ({env or 'defaults'}): error after {result.seconds:.1f} s")
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "1.5"),  # huggingface_hub's import raises on these
+        ("HF_HUB_ETAG_TIMEOUT", "abc"),
+        ("HF_HUB_ETAG_TIMEOUT", ""),
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "-1"),  # the HTTP client's, mid-request, on these
+        ("HF_HUB_ETAG_TIMEOUT", "-1"),
+        ("HF_HUB_ETAG_TIMEOUT", "0"),  # huggingface_hub's default of 10 s instead
+    ],
+)
+@pytest.mark.parametrize("quiet", [[], ["--quiet"]], ids=["", "quiet"])
+def test_a_bad_timeout_variable_is_named_in_one_line(hub, name, value, quiet):
+    result = hub.run("fetch", *quiet, "test/tiny", **{name: value})
+    assert f"{name}={value!r} is not a whole number of seconds" in one_line(result)
+    assert hub.requests == []
+
+
+def test_embed_each_checks_the_timeout_variables_before_huggingface_hub_reads_them(hub):
+    code = (
+        "import npbert\ntry:\n"
+        f"    npbert.Embedder.from_pretrained({str(TINY)!r}).embed_each(['a'])\n"
+        "except npbert.InputError as error:\n    print(error)"
+    )
+    result = hub.python(code, HF_HUB_DOWNLOAD_TIMEOUT="1.5")
+    assert (
+        result.stdout
+        == "HF_HUB_DOWNLOAD_TIMEOUT='1.5' is not a whole number of seconds, 1 or more\n"
+    )
+
+
 @pytest.mark.parametrize("kind", ["stall_body", "trickle"])
 def test_stalled_or_trickling_tensor_bytes_honour_the_download_timeout(hub, kind, record):
     hub.faults.append(Fault(kind, data_range))
