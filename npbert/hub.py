@@ -173,8 +173,9 @@ def fetch(
             if cached is not None:
                 return cached
         if access.offline:
+            at = repo_id + (f" at revision {revision}" if revision else "")  # what is missing
             raise NotFound(
-                f"{repo_id} is not in the cache {access.cache} and the Hub is not to be asked "
+                f"{at} is not in the cache {access.cache} and the Hub is not to be asked "
                 "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"
             )
         return download(repo_id, revision, full, access)
