@@ -15,6 +15,10 @@ from npbert.errors import InputError
 from npbert.families import BERT, FAMILIES, REFUSED, Family
 
 CONFIG_FILE = "config.json"
+# What json.loads raises: JSONDecodeError and UnicodeDecodeError (ValueErrors both) for what is
+# not JSON, and for JSON that Python will not read, ValueError for an integer literal longer
+# than sys.get_int_max_str_digits() (4300 digits) and RecursionError for deep nesting.
+JSON_ERRORS = (ValueError, RecursionError)
 
 
 @dataclass(frozen=True)
@@ -63,11 +67,19 @@ def read_json_object(path: Path) -> dict:
     the weights index), or InputError."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise InputError(f"{path} is not valid JSON: {error}") from None
+    except JSON_ERRORS as error:
+        raise InputError(f"{path} is not valid JSON: {json_problem(error)}") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path} must hold a JSON object, not {type(raw).__name__}")
     return raw
+
+
+def json_problem(error: Exception) -> str:
+    """What one of JSON_ERRORS says, in one line."""
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    # Python's own hint after the ';' (sys.set_int_max_str_digits) is for programmers
+    return str(error).partition("; use sys.")[0]
 
 
 def identify(raw: dict, tensor_names, where: str) -> str:

@@ -11,6 +11,12 @@ exactly (the first begins at 0, each begins where the one before ended, the last
 buffer's end), and each tensor's bytes are its element count times its dtype's size.
 safetensors checks this when it opens a file; the Hub path has only the header and the bytes it
 asked for, so npbert checks the same before it trusts an offset.
+
+The JSON itself is read as safetensors reads it, with Rust's serde_json, which is stricter than
+Python's json: UTF-8 only (no byte-order mark), no NaN or Infinity, no number beyond float64,
+no unpaired surrogate escape, at most 127 levels of nesting, and a field of an entry, or
+__metadata__, given once. Like safetensors, npbert takes fields of an entry it does not know
+and a null __metadata__.
 """
 
 import json
@@ -19,9 +25,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses longer headers
+MAX_DEPTH = 127  # of nested arrays and objects, the whole header counted: serde_json's limit
+U64 = 1 << 64  # shapes and offsets are Rust usizes
+FIELDS = ("dtype", "shape", "data_offsets")
 # Bits per element of every dtype safetensors knows.
 DTYPE_BITS = {
     "BOOL": 8,
@@ -81,17 +91,84 @@ def parse_header(raw: bytes, data_length: int, where: str) -> dict[str, TensorHe
     """The header's JSON (n bytes) as tensor name -> TensorHeader, validated against a data
     buffer of data_length bytes (the file's size - 8 - n). Raises InputError naming `where`."""
     try:
-        parsed = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(f"{where}: the safetensors header is not valid JSON ({error})") from None
+        parsed = json.loads(
+            raw.decode("utf-8"),  # json.loads would guess UTF-16 or take a BOM from bytes
+            object_pairs_hook=JsonObject,
+            parse_constant=_refuse_constant,
+            parse_float=_float64,
+            parse_int=_serde_int,
+        )
+        _serde_limits(parsed)
+    except JSON_ERRORS as error:
+        problem = json_problem(error)
+        raise InputError(f"{where}: the safetensors header is not valid JSON ({problem})") from None
     if not isinstance(parsed, dict):
         raise InputError(f"{where}: the safetensors header is not a JSON object")
-    metadata = parsed.pop("__metadata__", {})
+    if "__metadata__" in parsed.duplicates:
+        raise InputError(f"{where}: __metadata__ is given twice")
+    metadata = parsed.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata  # null: none, as safetensors takes it
     if not isinstance(metadata, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
         raise InputError(f"{where}: __metadata__ must map strings to strings")
     return validate(parsed, data_length, where)
+
+
+class JsonObject(dict):
+    """A JSON object as json.loads makes it (the last of a repeated key wins, as in
+    serde_json's maps), knowing which keys were repeated: serde_json refuses a repeated field
+    of a struct (a tensor entry, the header's __metadata__)."""
+
+    def __init__(self, pairs):
+        super().__init__(pairs)
+        seen, repeated = set(), set()
+        for key, _ in pairs:
+            (repeated if key in seen else seen).add(key)
+        self.duplicates = frozenset(repeated)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _float64(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text} is out of float64's range")
+    return value
+
+
+def _serde_int(text: str) -> int:
+    """An integer as serde_json reads it: a u64 or i64, else a float64, which must be finite."""
+    value = int(text)
+    if not -(1 << 63) <= value < U64:
+        try:
+            float(value)
+        except OverflowError:
+            raise ValueError(f"a number of {len(text)} digits is out of float64's range") from None
+    return value
+
+
+def _serde_limits(parsed) -> None:
+    """serde_json's limits on what it reads: nesting depth, and strings that are Unicode
+    (Python's json takes an escaped half of a surrogate pair, \\ud800, alone)."""
+    strings, stack = [], [(parsed, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            strings.append(value)
+        elif isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+            if isinstance(value, dict):
+                strings.extend(value)
+                value = value.values()
+            stack.extend((item, depth + 1) for item in value if isinstance(item, str | dict | list))
+    try:
+        "".join(strings).encode("utf-8")  # refuses a surrogate code point, paired or not
+    except UnicodeEncodeError:
+        raise ValueError("a string holds half of a surrogate pair") from None
 
 
 def validate(entries: dict, data_length: int, where: str) -> dict[str, TensorHeader]:
@@ -115,8 +192,11 @@ def validate(entries: dict, data_length: int, where: str) -> dict[str, TensorHea
 
 def _entry(name: str, entry, where: str) -> TensorHeader:
     """One header entry as a TensorHeader, its offsets and size consistent in itself."""
-    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-        raise InputError(f"{where}: {name} needs exactly dtype, shape and data_offsets")
+    if not isinstance(entry, dict) or not set(FIELDS) <= set(entry):  # others are ignored
+        raise InputError(f"{where}: {name} needs dtype, shape and data_offsets")
+    repeated = set(FIELDS) & getattr(entry, "duplicates", set())
+    if repeated:
+        raise InputError(f"{where}: {name} gives {' and '.join(sorted(repeated))} twice")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if dtype not in DTYPE_BITS:
         raise InputError(f"{where}: {name} has unknown dtype {dtype!r}")
@@ -128,7 +208,12 @@ def _entry(name: str, entry, where: str) -> TensorHeader:
     begin, end = offsets
     if end < begin:
         raise InputError(f"{where}: {name} has reversed data_offsets [{begin}, {end})")
-    bits = math.prod(shape) * DTYPE_BITS[dtype]
+    elements = 1
+    for size in shape:  # safetensors multiplies in order, and refuses an overflow
+        elements *= size
+        if elements >= U64:
+            raise InputError(f"{where}: {name} has shape {tuple(shape)}, too many elements")
+    bits = elements * DTYPE_BITS[dtype]
     if bits % 8 or bits // 8 != end - begin:
         raise InputError(
             f"{where}: {name} is {dtype} of shape {tuple(shape)}, {bits / 8:g} bytes, but its "
@@ -139,7 +224,7 @@ def _entry(name: str, entry, where: str) -> TensorHeader:
 
 def _naturals(values) -> bool:
     return isinstance(values, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < U64 for v in values
     )
 
 

@@ -44,7 +44,7 @@ from npbert.checkpoint import (
     no_safetensors,
     read_index,
 )
-from npbert.config import read_config
+from npbert.config import JSON_ERRORS, read_config
 from npbert.errors import InputError
 from npbert.header import (
     TensorHeader,
@@ -60,6 +60,7 @@ EMBEDDINGS_DIR = "npbert-embeddings"  # in a snapshot; no Hub repo is expected t
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
 GAP = 1 << 16  # tensors closer than this in a file are fetched with one Range request
 DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # for TensorSpec
+TIMEOUT_VARIABLES = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")  # seconds, as int()
 # Seconds to wait for the Hub's first answer unless HF_HUB_ETAG_TIMEOUT says otherwise:
 # huggingface_hub's own default is 10 s, which with the interpreter's start would put an
 # unreachable Hub's error past 10 s.
@@ -162,6 +163,7 @@ def fetch(
 ) -> Fetched:
     """The checkpoint of a Hub repo, from the cache unless `refresh`, else from the Hub (a
     damaged cached entry is fetched again). local_files_only: from the cache, or an error."""
+    check_timeout_variables()
     access = Access(token, cache_dir, local_files_only)
     if revision == "":
         raise InputError("the revision is empty: give a branch, tag or commit, or none for main")
@@ -171,8 +173,9 @@ def fetch(
             if cached is not None:
                 return cached
         if access.offline:
+            at = repo_id + (f" at revision {revision}" if revision else "")  # what is missing
             raise NotFound(
-                f"{repo_id} is not in the cache {access.cache} and the Hub is not to be asked "
+                f"{at} is not in the cache {access.cache} and the Hub is not to be asked "
                 "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"
             )
         return download(repo_id, revision, full, access)
@@ -191,8 +194,11 @@ def from_cache(repo_id: str, revision: str | None, full: bool, access: Access) -
     commit = snapshot.name
     candidates = [snapshot] if full else [snapshot / EMBEDDINGS_DIR, snapshot]
     for directory in candidates:
-        if (directory / WEIGHTS_FILE).is_file() or holds_shards(directory, snapshot):
-            problem = damage(directory)
+        entry = directory != snapshot
+        if (entry and directory.is_dir()) or (
+            (directory / WEIGHTS_FILE).is_file() or holds_shards(directory, snapshot)
+        ):
+            problem = entry_damage(directory, snapshot) if entry else damage(directory)
             if problem is not None:
                 again = "npbert fetch" + (" --full" if directory == snapshot else "")
                 raise InputError(
@@ -222,6 +228,17 @@ def holds_shards(directory: Path, snapshot: Path) -> bool:
         return True
 
 
+def entry_damage(entry: Path, snapshot: Path) -> str | None:
+    """What is wrong with an npbert-embeddings entry, or None. An entry is renamed into place
+    whole, with its weights file and a copy of every small file of the snapshot's, so a file
+    missing from it was removed since (by hand, by a cleaning tool)."""
+    copies = [name for name in SMALL_FILES if (snapshot / name).is_file()]
+    missing = [name for name in (WEIGHTS_FILE, *copies) if not (entry / name).is_file()]
+    if missing:
+        return f"{entry} lacks {', '.join(missing)}"
+    return damage(entry)
+
+
 def damage(directory: Path) -> str | None:
     """What is wrong with a cached checkpoint's weights (truncated, overwritten), or None.
 
@@ -249,7 +266,7 @@ def _weights_size(directory: Path) -> int:
             recorded = (f.metadata() or {}).get("npbert", "{}")
         try:
             return int(json.loads(recorded)["full_bytes"])
-        except (ValueError, TypeError, KeyError):  # a file npbert did not cut: its own size
+        except (*JSON_ERRORS, TypeError, KeyError):  # a file npbert did not cut: its own size
             return single.stat().st_size
     shards = set(read_index(directory / INDEX_FILE).values())  # checked by damage() before
     return sum((directory / s).stat().st_size for s in shards if (directory / s).is_file())
@@ -329,6 +346,24 @@ def not_model_info(repo_id: str, error: Exception) -> InputError:
         f"{constants.ENDPOINT} answered for {repo_id} with what is not a Hub's model info "
         f"({type(error).__name__}: {_first_line(error)}): is HF_ENDPOINT a Hub?"
     )
+
+
+def check_timeout_variables() -> None:
+    """HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT, if set, must be whole numbers of
+    seconds, 1 or more. Checked before huggingface_hub is imported: it reads them with int()
+    on import, so that "1.5" is a ValueError from the import; it takes a negative number,
+    which the HTTP client refuses in the middle of a request, and 0, which it replaces with
+    its default of 10 s."""
+    for name in TIMEOUT_VARIABLES:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = int(value)
+        except ValueError:
+            seconds = 0
+        if seconds < 1:
+            raise InputError(f"{name}={value!r} is not a whole number of seconds, 1 or more")
 
 
 def first_answer_timeout() -> float:
@@ -419,8 +454,8 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
     with WeakFileLock(lock):
         remove_stale_temporaries(snapshot.parent)
         problem = None
-        if (target / WEIGHTS_FILE).is_file():  # cached before, or by another process meanwhile
-            problem = damage(target)
+        if target.is_dir():  # cached before, or by another process meanwhile
+            problem = entry_damage(target, snapshot)
             if problem is None:
                 return Fetched(target, source, 0, _weights_size(target), True)
             shutil.rmtree(target)

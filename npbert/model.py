@@ -304,6 +304,9 @@ class Embedder:
         stays within one batch. show_progress_bar: a tqdm bar of the texts embedded.
         Other arguments as __call__.
         """
+        from npbert.hub import check_timeout_variables
+
+        check_timeout_variables()  # which importing huggingface_hub reads
         from huggingface_hub.utils import tqdm  # the progress bar huggingface_hub uses
 
         if isinstance(texts, str) or isinstance(pairs, str):

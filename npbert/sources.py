@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError
 from npbert.npyfile import regular_file
 
@@ -378,8 +379,8 @@ def _jsonl(where: str, line: str) -> Record:
         item = json.loads(line)
     except json.JSONDecodeError as error:
         raise InputError(f"{where}: not valid JSON ({error.msg})") from None
-    except RecursionError:
-        raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
+    except JSON_ERRORS as error:  # what Python will not read: a huge integer, deep nesting
+        raise InputError(f"{where}: not valid JSON ({json_problem(error)})") from None
     if not isinstance(item, dict) or not isinstance(item.get("text"), str):
         raise InputError(f"{where}: expected an object with a string 'text' field")
     pair = item.get("pair")

@@ -38,6 +38,7 @@ import numpy as np
 
 from npbert import fast
 from npbert.atomic import is_temporary, write_atomically
+from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count, check_flag
 from npbert.model import Embedder, refuse_pair, refuse_token
@@ -168,8 +169,8 @@ def read_index(directory: Path, what: str) -> dict:
         raise InputError(f"{what}: {directory} has no {INDEX}: it is not an npbert corpus")
     try:
         index = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise InputError(f"{what}: {path} is not valid JSON ({error})") from None
+    except JSON_ERRORS as error:
+        raise InputError(f"{what}: {path} is not valid JSON ({json_problem(error)})") from None
     shards = index.get("shards") if isinstance(index, dict) else None
     if not isinstance(shards, list) or not all(
         isinstance(s, dict) and isinstance(s.get("name"), str) for s in shards

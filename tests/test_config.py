@@ -255,6 +255,30 @@ def test_invalid_index_json_is_refused(tmp_path):
         npbert.load_weights(tmp_path)
 
 
+# Valid JSON that Python will not read: json.loads raises ValueError and RecursionError
+HUGE_INTEGER = '{"total_size": ' + "9" * 5000 + "}"
+DEEP = '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        ("config.json", HUGE_INTEGER, "value has 5000 digits"),
+        ("config.json", DEEP, "nested too deeply"),
+        ("model.safetensors.index.json", HUGE_INTEGER, "value has 5000 digits"),
+        ("model.safetensors.index.json", DEEP, "nested too deeply"),
+    ],
+)
+def test_json_that_python_will_not_read_is_refused_in_one_line(tmp_path, name, text, problem):
+    write_index(tmp_path, {})
+    (tmp_path / name).write_text(text)
+    with pytest.raises(InputError) as refused:
+        npbert.load_weights(tmp_path)
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / name} is not valid JSON: ")
+    assert message.endswith(problem)
+
+
 def test_an_index_that_lies_about_a_shard_is_refused(tmp_path):
     names = load_file(str(TINY / "model.safetensors"))
     weight_map = dict.fromkeys(names, "shard.safetensors")

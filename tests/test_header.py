@@ -27,6 +27,29 @@ def drop(name):
     return lambda header: header.pop(name)
 
 
+def text(change):
+    """A change to the header's JSON text, for what json.dumps does not write."""
+    return lambda header: change(json.dumps(header).encode())
+
+
+def in_word(inserted: bytes):
+    """The header's text with `inserted` first in WORD's entry."""
+    opening = f'"{WORD}": {{'.encode()
+    return text(lambda raw: raw.replace(opening, opening + inserted, 1))
+
+
+def nested(levels: int) -> bytes:
+    """An extra field of WORD whose value is arrays `levels` deep: with the header and the
+    entry, levels + 2 in all."""
+    return b'"x": ' + b"[" * levels + b"]" * levels + b", "
+
+
+def zero_sized(*shape):
+    """An F32 tensor of no bytes, at the start of the buffer, of that shape."""
+    tensor = {"dtype": "F32", "shape": list(shape), "data_offsets": [0, 0]}
+    return lambda header: header.update(z=tensor)
+
+
 CASES = {  # a change to TINY's header (None: none) and the data buffer's length change
     "as stored": (None, 0),
     "reversed offsets": (entry(WORD, data_offsets=[29056, 17920]), 0),
@@ -45,18 +68,41 @@ CASES = {  # a change to TINY's header (None: none) and the data buffer's length
     "metadata not strings": (lambda header: header.update(__metadata__={"a": 1}), 0),
     "negative shape": (entry(WORD, shape=[-87, -32]), 0),
     "missing shape": (lambda header: header[WORD].pop("shape"), 0),
+    # as Rust's serde_json reads JSON, and safetensors' own struct of a header
+    "metadata null": (lambda header: header.update(__metadata__=None), 0),
+    "metadata a list": (lambda header: header.update(__metadata__=[]), 0),
+    "metadata given twice": (text(lambda raw: raw[:-1] + b', "__metadata__": {}}'), 0),
+    "an extra field": (entry(WORD, extra={"any": [1, None]}), 0),
+    "an extra field given twice": (in_word(b'"x": 1, "x": 2, '), 0),
+    "a field given twice": (in_word(b'"dtype": "F32", '), 0),
+    "a tensor given twice": (text(lambda raw: raw[:-1] + b", " + raw[1:]), 0),
+    "a UTF-8 byte-order mark": (text(lambda raw: b"\xef\xbb\xbf" + raw), 0),
+    "UTF-16": (text(lambda raw: raw.decode().encode("utf-16")), 0),
+    "a NUL after the JSON": (text(lambda raw: raw + b"\0"), 0),
+    "NaN": (in_word(b'"x": NaN, '), 0),
+    "Infinity": (in_word(b'"x": -Infinity, '), 0),
+    "a float past float64": (in_word(b'"x": 1e400, '), 0),
+    "an integer past float64": (in_word(b'"x": ' + b"9" * 309 + b", "), 0),
+    "an integer within float64": (in_word(b'"x": ' + b"9" * 308 + b", "), 0),
+    "an unpaired surrogate escape": (in_word(b'"x": "\\ud800", '), 0),
+    "a surrogate pair escape": (in_word(b'"x": "\\ud83d\\ude00", '), 0),
+    "nested 127 levels": (in_word(nested(125)), 0),
+    "nested 128 levels": (in_word(nested(126)), 0),
+    "shape within u64": (zero_sized(0, 2**64 - 1), 0),
+    "shape past u64": (zero_sized(0, 2**64), 0),
+    "elements past u64 before a 0": (zero_sized(2**40, 2**40, 0), 0),
+    "elements past u64 after a 0": (zero_sized(0, 2**40, 2**40), 0),
 }
 
 
 def write(path, change, extra: int) -> None:
     """TINY's file with its header changed and its data buffer longer or shorter by extra."""
     header = json.loads(RAW[8 : 8 + LENGTH])
-    if change is not None:
-        change(header)
-    text = json.dumps(header).encode()
+    changed = None if change is None else change(header)
+    raw = changed if isinstance(changed, bytes) else json.dumps(header).encode()
     data = RAW[8 + LENGTH :]
     data = data + b"\0" * extra if extra >= 0 else data[:extra]
-    path.write_bytes(len(text).to_bytes(8, "little") + text + data)
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -94,7 +140,11 @@ def test_only_float_tensors_are_read():
         require_floats(tensors, [WORD], "here")
 
 
-@pytest.mark.parametrize("raw", [b"[]", b"{", b"\xff", b'{"x": 1}'])
+@pytest.mark.parametrize(
+    "raw",
+    [b"[]", b"{", b"\xff", b'{"x": 1}', b'{"x": ' + b"9" * 5000 + b"}", b"[" * 100_000],
+    ids=["list", "cut", "not UTF-8", "not an entry", "huge integer", "deep"],
+)
 def test_a_header_that_is_not_an_object_of_entries_is_refused(raw):
     with pytest.raises(InputError, match=r"^here: "):
         parse_header(raw, 0, "here")

@@ -288,6 +288,8 @@ def test_offline_loads_from_cache_and_fails_clearly_when_not_cached(hub, tmp_pat
     missing = hub.run("embed", "x", "--model", MINILM, HF_HUB_OFFLINE="1")
     assert "is not in the cache" in one_line(missing) and hub.requests == []
     assert "(HF_HUB_OFFLINE, --offline or local_files_only)" in missing.stderr
+    tag = hub.run("embed", "x", "--model", "test/tiny", "--revision", "v9", HF_HUB_OFFLINE="1")
+    assert "test/tiny at revision v9 is not in the cache" in one_line(tag)
 
 
 def test_unreachable_hub_uses_the_cache_or_says_what_to_do_within_10_s(hub, tmp_path, record):
@@ -314,6 +316,37 @@ def test_hub_that_accepts_and_never_answers_fails_in_time(hub, env, limit, recor
     assert result.seconds < limit
     assert hub.requests and all(path.startswith("/api/models/") for _, path, _ in hub.requests)
     record(f"Hub that never answers ({env or 'defaults'}): error after {result.seconds:.1f} s")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "1.5"),  # huggingface_hub's import raises on these
+        ("HF_HUB_ETAG_TIMEOUT", "abc"),
+        ("HF_HUB_ETAG_TIMEOUT", ""),
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "-1"),  # the HTTP client's, mid-request, on these
+        ("HF_HUB_ETAG_TIMEOUT", "-1"),
+        ("HF_HUB_ETAG_TIMEOUT", "0"),  # huggingface_hub's default of 10 s instead
+    ],
+)
+@pytest.mark.parametrize("quiet", [[], ["--quiet"]], ids=["", "quiet"])
+def test_a_bad_timeout_variable_is_named_in_one_line(hub, name, value, quiet):
+    result = hub.run("fetch", *quiet, "test/tiny", **{name: value})
+    assert f"{name}={value!r} is not a whole number of seconds" in one_line(result)
+    assert hub.requests == []
+
+
+def test_embed_each_checks_the_timeout_variables_before_huggingface_hub_reads_them(hub):
+    code = (
+        "import npbert\ntry:\n"
+        f"    npbert.Embedder.from_pretrained({str(TINY)!r}).embed_each(['a'])\n"
+        "except npbert.InputError as error:\n    print(error)"
+    )
+    result = hub.python(code, HF_HUB_DOWNLOAD_TIMEOUT="1.5")
+    assert (
+        result.stdout
+        == "HF_HUB_DOWNLOAD_TIMEOUT='1.5' is not a whole number of seconds, 1 or more\n"
+    )
 
 
 @pytest.mark.parametrize("kind", ["stall_body", "trickle"])
@@ -535,13 +568,27 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
     assert "config.json" in result.stdout and "npbert-embeddings" not in result.stdout
 
 
-def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub):
+def truncate(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+DAMAGE = {  # someone else's doing, and what the error says of it
+    "truncated weights": (lambda entry: truncate(entry / "model.safetensors"), "cover"),
+    "no weights": (lambda entry: (entry / "model.safetensors").unlink(), "model.safetensors"),
+    "no config": (lambda entry: (entry / "config.json").unlink(), "lacks config.json"),
+    "no vocab": (lambda entry: (entry / "vocab.txt").unlink(), "lacks vocab.txt"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub, case):
     assert hub.run("fetch", "test/tiny").returncode == 0
-    weights = entries(hub, "test/tiny")[0] / "model.safetensors"
-    os.truncate(weights, weights.stat().st_size // 2)  # someone else's doing
+    spoil, problem = DAMAGE[case]
+    spoil(entries(hub, "test/tiny")[0])
     for argv in (["embed", "x", "--model", "test/tiny"], ["inspect", "test/tiny"]):
         line = one_line(hub.run(*argv))
         assert "is damaged" in line and "run `npbert fetch test/tiny` to repair it" in line
+        assert problem in line
     repaired = hub.run("fetch", "test/tiny")
     assert repaired.returncode == 0, repaired.stderr
     assert "repaired: the cached copy was damaged" in repaired.stdout
@@ -549,6 +596,7 @@ def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub):
         npbert.load_weights(entries(hub, "test/tiny")[0]).word_embeddings,
         npbert.load_weights(TINY).word_embeddings,
     )
+    assert embed_to(hub, hub.home, "test/tiny")["embeddings"].shape[-1] == 32
 
 
 def test_a_damaged_full_download_is_reported_and_repaired_too(hub):
