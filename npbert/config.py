@@ -112,8 +112,8 @@ def identify(raw: dict, tensor_names, where: str) -> str:
 
 
 def legacy_bert(raw: dict, names: set, where: str) -> str:
-    """ "bert" for a config without a model_type (older BERT checkpoints have none) whose
-    tensors are BERT's and whose architectures, if any, are BERT classes; else InputError.
+    """The model_type of a config without one (older BERT checkpoints have none): "bert"
+    where its tensors are BERT's and its architectures, if any, BERT classes; else InputError.
     Tensors without BertForPreTraining's `bert.` prefix need such architectures: RoBERTa,
     Longformer and others save the same bare names, and read as BERT their positions would
     be wrong."""
@@ -128,7 +128,7 @@ def legacy_bert(raw: dict, names: set, where: str) -> str:
     elif any(_bert_tensors(names, prefix) for prefix in prefixes):
         return "bert"
     elif _bert_tensors(names, ""):
-        reason = "its tensors have no bert. prefix and no architectures: any family's could"
+        reason = "its tensors, with no bert. prefix and no architectures, could be any family's"
     else:
         reason = "its tensors are not BERT's"
     raise InputError(
