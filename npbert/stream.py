@@ -329,8 +329,8 @@ def tokenize(embedder: Embedder, records: list, truncation: bool) -> list:
     config = embedder.weights.config
     for record, encoding in zip(records, ordered, strict=True):  # as Embedder._pad checks
         if encoding.ids and max(encoding.ids) >= config.vocab_size:
-            token_id = max(encoding.ids)  # its token, as tokens were not asked for:
-            token = embedder.tokenizer.tokenizer.id_to_token(token_id)
+            token_id = max(encoding.ids)
+            token = embedder.tokenizer.tokenizer.id_to_token(token_id)  # (with_tokens=False)
             refuse_token(embedder, record.where, token, token_id)
         # BERT's tokenizer gives sentence B type 1, which a model of one type has no row for
         if config.type_vocab_size == 1 and record.pair is not None and max(encoding.type_ids):
