@@ -194,19 +194,22 @@ def from_cache(repo_id: str, revision: str | None, full: bool, access: Access) -
     commit = snapshot.name
     candidates = [snapshot] if full else [snapshot / EMBEDDINGS_DIR, snapshot]
     for directory in candidates:
-        entry = directory != snapshot
-        if (entry and directory.is_dir()) or (
-            (directory / WEIGHTS_FILE).is_file() or holds_shards(directory, snapshot)
-        ):
-            problem = entry_damage(directory, snapshot) if entry else damage(directory)
-            if problem is not None:
-                again = "npbert fetch" + (" --full" if directory == snapshot else "")
-                raise InputError(
-                    f"the cached {repo_id} at {commit[:12]} is damaged ({problem}): run "
-                    f"`{again} {repo_id}` to repair it"
-                )
-            source = _source(repo_id, revision, commit, partial=directory != snapshot)
-            return Fetched(directory, source, 0, _weights_size(directory), True)
+        entry = directory != snapshot  # npbert's cut of the weights, not the snapshot's own
+        if entry:
+            present = directory.is_dir()
+        else:
+            present = (directory / WEIGHTS_FILE).is_file() or holds_shards(directory, snapshot)
+        if not present:
+            continue
+        problem = entry_damage(directory, snapshot) if entry else damage(directory)
+        if problem is not None:
+            again = "npbert fetch" + ("" if entry else " --full")
+            raise InputError(
+                f"the cached {repo_id} at {commit[:12]} is damaged ({problem}): run "
+                f"`{again} {repo_id}` to repair it"
+            )
+        source = _source(repo_id, revision, commit, partial=entry)
+        return Fetched(directory, source, 0, _weights_size(directory), True)
     return None
 
 
