@@ -62,7 +62,7 @@ def as_id_array(name: str, ids) -> np.ndarray:
         raise InputError(f"{name} is empty (shape {array.shape}): nothing to embed")
     if array.dtype.kind == "f" and not isinstance(ids, np.ndarray):
         array = _mixed_integers(name, ids, array)
-    if array.dtype == object:  # Python ints past int64 among them, if all are integers
+    if array.dtype == object:  # Python ints past int64 among them, perhaps
         refuse_huge(name, array)
     if array.dtype.kind not in "iu":
         if array.dtype.kind == "f":
@@ -92,12 +92,14 @@ def _mixed_integers(name: str, ids, array: np.ndarray) -> np.ndarray:
 
 def refuse_huge(name: str, values: np.ndarray) -> None:
     """InputError naming the first of an object array's integers that int64 cannot hold."""
-    if not all(isinstance(v, int | np.integer) for v in values.flat):
-        return
-    huge = np.frompyfunc(lambda v: not -(2**63) <= v < 2**63, 1, 1)(values).astype(bool)
+    huge = np.frompyfunc(_huge, 1, 1)(values).astype(bool)
     if huge.any():
         index = tuple(np.argwhere(huge)[0])
         raise InputError(f"{indexed(name, index)} = {values[index]} is out of range of any table")
+
+
+def _huge(value) -> bool:
+    return isinstance(value, int | np.integer) and not -(2**63) <= value < 2**63
 
 
 def _is_bool(value) -> bool:
