@@ -43,14 +43,16 @@ import numpy as np
 
 from npbert.errors import InputError
 
-# Tokens per block, as measured on bert-base (scripts/bench.py): on one thread, a block and
-# its tiles stay in a 1 MiB L2; on several, longer NumPy calls mean fewer hand-offs of the
-# GIL between the threads (blocks of 64 on two threads ran 1.7x slower than blocks of 256).
-BLOCK = 256
-ONE_THREAD_BLOCK = 64
-# A block of a multiple of SHORT tokens multiplies by gamma and adds beta as (n / SHORT,
-# SHORT * E) against SHORT rows of them seen as one, (1, SHORT * E): as fast a pass as a
-# whole tile, in 96 KiB of cache for both instead of 768 KiB at 128 tokens of bert-base.
+# Tokens per block, as measured on bert-base (scripts/bench.py, AMD EPYC, 1 MiB L2 a core):
+# longer NumPy calls mean fewer hand-offs of the GIL between threads and less Python a token.
+# Against blocks of 256, on two threads, 32 x 128 ran 1.0-1.14x and 64 x 512 1.13-1.33x
+# faster in blocks of 512 (three runs); on one thread the two ran alike, 1.09-1.12x faster
+# than blocks of 64.
+BLOCK = 512
+# Gamma and beta multiply and add to a block's rows in groups of SHORT, seen as (n / SHORT,
+# SHORT * E), with SHORT copies of each seen as one row, (1, SHORT * E): as fast a pass as a
+# same-shape operand, where NumPy runs a broadcast (E,) row about half as fast, in 96 KiB of
+# cache for both at bert-base's 768.
 SHORT = 16
 PAGE = 4096  # bytes
 
@@ -62,8 +64,7 @@ def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     batch, length = input_ids.shape
     threads = threads or cpus()
     record = derived(weights)
-    block = ONE_THREAD_BLOCK if threads == 1 else BLOCK
-    plan = Plan.make(weights, record, inputs, batch, length, block)
+    plan = Plan.make(weights, record, inputs, batch, length, BLOCK)
     out = empty((batch * length, config.output_size), plan.words)  # (B * L, E)
     run(plan.work(out, input_ids.reshape(-1)), plan.blocks, threads)
     note_tokens(weights, record, batch * length)
@@ -84,7 +85,7 @@ class Plan:
     rows: np.ndarray | None  # (B * L,) the row of `added` each token adds, where no tile
     tile: np.ndarray | None  # (tokens in a block, E): added[rows] when every block adds it
     mask: np.ndarray | None  # (B * L, 1) float32, for DeBERTa
-    affine: tuple  # LayerNorm's gamma and beta (or None) as tiles and as rows: affine_tiles
+    affine: tuple  # LayerNorm's gamma and beta (or None), each also as SHORT rows: affine_rows
     blocks: list  # (start, stop) ranges of the flattened tokens
     length: int  # L
 
@@ -126,11 +127,20 @@ class Plan:
         words, centered, mask, affine = self.words, self.centered, self.mask, self.affine
         add, scale = self.add, weights.config.word_scale
 
+        buffer = row_buffer(size, width)
+
         def work(share) -> None:
             # Scratch only where a block needs it: a call that allocates a few MB it does not
             # use pays for mmap and munmap (glibc's default above 128 KiB), 20 us a call.
             scratch = np.empty((inside + gathers, size, width), np.float32)
             stats = np.empty(size, np.float32)
+            if buffer is None:
+                return blocks(share, scratch, stats)
+            with np.errstate():  # restores this thread's buffer size when it leaves
+                np.setbufsize(buffer)
+                return blocks(share, scratch, stats)
+
+        def blocks(share, scratch, stats) -> None:
             for start, stop in share:
                 n = stop - start
                 x = scratch[-1, :n] if inside else out[start:stop]  # (n, E)
@@ -158,6 +168,24 @@ class Plan:
         else:
             rows = np.take(self.added, self.rows[start:stop], 0, scratch[0, :n], "clip")
             x += rows
+
+
+def row_buffer(rows: int, width: int) -> int | None:
+    """The ufunc buffer size (elements) for blocks of up to `rows` rows of `width`, or None to
+    keep NumPy's.
+
+    Dividing each row by its own std, x (n, E) / std (n, 1), is the one broadcast of a column
+    per block, and NumPy's buffer size changes how fast it runs. On 256 rows (AMD EPYC, NumPy
+    2.4), a buffer of one row against the default 8192 elements: 31 against 40 us at E = 768,
+    39 against 52 at 1024, the same at 384, 13 against 9.5 at 128, hence the floor on width
+    (a buffer of two rows ran as slow as the default). Setting the size and restoring it
+    costs about 2 us, more than it saves on fewer than about 60 rows of 768. Results are the
+    same bit for bit: the buffer decides how NumPy walks the arrays, not what it computes
+    (reductions over a row are not buffered).
+    """
+    if width < 256 or rows < 128:
+        return None
+    return -(-width // 16) * 16  # NumPy takes multiples of 16
 
 
 def added_tile(added: np.ndarray, rows: np.ndarray, leading: bool, batch: int, block: int):
@@ -210,9 +238,7 @@ def center(x: np.ndarray, scale: float, stats: np.ndarray) -> None:
 
 def normalize(x: np.ndarray, eps, affine: tuple, stats: np.ndarray) -> None:
     """LayerNorm of centered rows x (n, E), in place: x / sqrt(mean(x^2) + eps) * gamma + beta,
-    with affine_tiles' gamma and beta: tiles of at least n rows, or SHORT rows as one. Either
-    is a same-shape operand or a long row, which NumPy runs about twice as fast as a broadcast
-    (E,) row (measured: 78 against 30 GB/s)."""
+    with gamma and beta as affine_rows gives them."""
     n = len(x)
     scale = np.vecdot(x, x, out=stats)  # (n,) sums of squares
     scale /= np.float32(x.shape[-1])  # variance
@@ -220,11 +246,16 @@ def normalize(x: np.ndarray, eps, affine: tuple, stats: np.ndarray) -> None:
     x /= np.sqrt(scale, out=scale)[:, None]  # normalized: dividing rounds once, where
     # multiplying by 1 / std rounds twice (median float32 ULPs from float64: 0.64 against 0.59)
     gamma, beta, gamma_rows, beta_rows = affine
-    if n % SHORT == 0 and n > SHORT:  # the same products and sums, elementwise, on a view
-        x, gamma, beta = x.reshape(n // SHORT, -1), gamma_rows, beta_rows  # (n / SHORT, SHORT E)
-    x *= gamma[: len(x)]
-    if beta is not None:
-        x += beta[: len(x)]
+    whole = n - n % SHORT  # rows in groups of SHORT
+    if whole:  # the same products and sums, elementwise, on a view
+        groups = x[:whole].reshape(whole // SHORT, -1)  # (n / SHORT, SHORT * E)
+        groups *= gamma_rows
+        if beta is not None:
+            groups += beta_rows
+    if whole < n:  # the last n % SHORT rows
+        x[whole:] *= gamma
+        if beta is not None:
+            x[whole:] += beta
 
 
 # --- tables made once per weights ---------------------------------------------------------
@@ -234,7 +265,7 @@ def normalize(x: np.ndarray, eps, affine: tuple, stats: np.ndarray) -> None:
 class Derived:
     """What this module makes from one set of weights, kept as long as the weights are."""
 
-    affine: tuple  # LayerNorm's gamma and beta (or None) as tiles and as rows: affine_tiles
+    affine: tuple  # LayerNorm's gamma and beta (or None), each also as SHORT rows: affine_rows
     added: dict = field(default_factory=dict)  # {centered: (R, E) table}, see added_table
     words: np.ndarray | None = None  # Wc, once made
     tokens: int = 0  # tokens embedded so far
@@ -250,17 +281,17 @@ def derived(weights) -> Derived:
     found = _derived.get(weights)
     if found is None:
         with _lock:
-            found = _derived.get(weights) or Derived(affine_tiles(weights))
+            found = _derived.get(weights) or Derived(affine_rows(weights))
             _derived[weights] = found
     return found
 
 
-def affine_tiles(weights) -> tuple:
-    """LayerNorm's gamma and beta (None without), each tiled to (BLOCK, E); then the first
-    SHORT rows of each tile seen as one row, (1, SHORT * E)."""
+def affine_rows(weights) -> tuple:
+    """LayerNorm's gamma and beta (None without), (E,) each; then SHORT copies of each seen as
+    one row, (1, SHORT * E)."""
     rows = (weights.layer_norm_weight, weights.layer_norm_bias)
-    tiles = tuple(None if row is None else np.tile(row, (BLOCK, 1)) for row in rows)
-    return *tiles, *(None if tile is None else tile[:SHORT].reshape(1, -1) for tile in tiles)
+    copies = (None if row is None else np.tile(row, SHORT).reshape(1, -1) for row in rows)
+    return *rows, *copies
 
 
 def added_rows(weights, record: Derived, inputs, *, centered: bool) -> tuple:

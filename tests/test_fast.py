@@ -2,6 +2,7 @@
 2e-6, and the same for a text alone or in any batch, on any number of threads. Its distance
 from float64 against torch's: tests/test_families.py and tests/test_verify.py."""
 
+import contextlib
 import itertools
 import mmap
 
@@ -15,6 +16,20 @@ import npbert
 from npbert import fast
 
 FAST_TOLERANCE = 2e-6  # max |fast - readable|: they round in a different order (npbert.fast)
+# Blocks as tuned for speed (npbert.fast.BLOCK, 512 tokens) hold a whole sequence of every
+# checkpoint here; smaller ones also cut sequences into pieces and leave a short last block.
+BLOCKS = (None, 16, 64)
+
+
+@contextlib.contextmanager
+def blocks_of(tokens: int | None):
+    """npbert.fast's blocks of `tokens` (None: as tuned) inside the `with`."""
+    tuned = fast.BLOCK
+    fast.BLOCK = tokens or tuned
+    try:
+        yield fast.BLOCK
+    finally:
+        fast.BLOCK = tuned
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +48,18 @@ def models(minilm_dir):
     length=st.integers(1, 128),
     seed=st.integers(0, 2**32 - 1),
     positions=st.booleans(),
+    block=st.sampled_from(BLOCKS),
 )
 def test_fast_path_equals_the_readable_one_on_random_ids(
-    models, model, batch, length, seed, positions
+    models, model, batch, length, seed, positions, block
 ):
     weights = models[model]
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, weights.config.vocab_size, (batch, length))
     types = rng.integers(0, weights.config.type_vocab_size, (batch, length))
     position_ids = rng.integers(0, 128, (batch, length)) if positions else None
-    fast = npbert.embed(weights, ids, types, position_ids)
+    with blocks_of(block):
+        fast = npbert.embed(weights, ids, types, position_ids)
     readable = npbert.embed_stages(weights, ids, types, position_ids)["embeddings"]
     assert fast.dtype == np.float32 and fast.shape == readable.shape
     np.testing.assert_allclose(fast, readable, rtol=0, atol=FAST_TOLERANCE)
@@ -110,7 +127,7 @@ def test_the_output_sits_at_the_word_tables_offset_in_a_page(models):
     # So the lookup's copies never write just past where they read (npbert.fast.empty); one
     # block's output is too small for it to matter.
     weights = models["minilm"]
-    for shape in [(3, 100), (40, 128), (fast.BLOCK + 1,)]:
+    for shape in [(3, 200), (40, 128), (fast.BLOCK + 1, 1)]:
         out = npbert.embed(weights, np.ones(shape, np.int64))
         assert out.shape == (*shape, weights.config.output_size) and out.dtype == np.float32
         assert out.flags.c_contiguous
@@ -125,8 +142,11 @@ def test_the_output_sits_at_the_word_tables_offset_in_a_page(models):
     length=st.integers(2, 300),
     runs=st.integers(1, 40),
     seed=st.integers(0, 2**32 - 1),
+    block=st.sampled_from(BLOCKS),
 )
-def test_token_types_in_runs_stay_close_and_batch_invariant(models, batch, length, runs, seed):
+def test_token_types_in_runs_stay_close_and_batch_invariant(
+    models, batch, length, runs, seed, block
+):
     # One type per block, a few runs (sentence pairs), or many.
     rng = np.random.default_rng(seed)
     weights = models["minilm"]
@@ -135,11 +155,13 @@ def test_token_types_in_runs_stay_close_and_batch_invariant(models, batch, lengt
     types = np.zeros((batch, length), np.int64)
     for i, cut in enumerate(cuts):
         types[:, cut:] = (i + 1) % 2
-    together = npbert.embed(weights, ids, types)
+    with blocks_of(block):
+        together = npbert.embed(weights, ids, types)
+        alone = [npbert.embed(weights, ids[b], types[b]) for b in range(batch)]
     readable = npbert.embed_stages(weights, ids, types)["embeddings"]
     np.testing.assert_allclose(together, readable, rtol=0, atol=FAST_TOLERANCE)
     for b in range(batch):
-        np.testing.assert_array_equal(npbert.embed(weights, ids[b], types[b]), together[b])
+        np.testing.assert_array_equal(alone[b], together[b])
 
 
 def test_the_centered_word_table_changes_no_bit(minilm_dir):
@@ -208,8 +230,9 @@ def test_batches_of_every_size_share_one_pool_of_threads(models):
     weights = models["tiny"]
     npbert.embed(weights, np.ones((1, 8), np.int64), threads=2)
     before = threading.active_count()
-    for batch in range(1, 80, 3):
-        npbert.embed(weights, np.ones((batch, fast.BLOCK // 2), np.int64), threads=32)
+    with blocks_of(16):  # 1 to 79 sequences of 8 tokens: 1 to 40 blocks
+        for batch in range(1, 80, 3):
+            npbert.embed(weights, np.ones((batch, 8), np.int64), threads=32)
     assert threading.active_count() - before <= 31
     assert len(fast._pool) == 1
 
@@ -229,12 +252,14 @@ def test_a_token_comes_out_the_same_in_a_block_of_any_size(name):
     from npbert.ragged import prepare
 
     weights = npbert.load_weights(DATA / name)
-    ids = np.random.default_rng(0).integers(5, weights.config.vocab_size, (257, 1))
-    alone = np.stack([npbert.embed(weights, row) for row in ids])  # (257, 1, E)
-    np.testing.assert_array_equal(npbert.embed(weights, ids), alone)
-    back_to_back = prepare(weights.config, ids[:, 0], np.zeros(257, np.int64), [1] * 257)
-    for threads in (1, 2):  # blocks of 64 or 256 tokens: the last holds one
-        run = fast.embed(weights, back_to_back, project=False, threads=threads)
+    count = fast.BLOCK + 1  # the last block holds one token, in blocks of any size here
+    ids = np.random.default_rng(0).integers(5, weights.config.vocab_size, (count, 1))
+    alone = np.stack([npbert.embed(weights, row) for row in ids])  # (count, 1, E)
+    back_to_back = prepare(weights.config, ids[:, 0], np.zeros(count, np.int64), [1] * count)
+    for block, threads in itertools.product(BLOCKS, (1, 2)):
+        with blocks_of(block):
+            np.testing.assert_array_equal(npbert.embed(weights, ids, threads=threads), alone)
+            run = fast.embed(weights, back_to_back, project=False, threads=threads)
         np.testing.assert_array_equal(run, alone[:, 0])
 
 
@@ -246,16 +271,17 @@ def test_default_positions_add_the_tables_first_rows_and_change_no_bit(name):
 
     weights = npbert.load_weights(DATA / name)
     config = weights.config
-    longest = min(config.max_length or 300, 300)  # past a block of 256: in pieces
+    longest = min(config.max_length or 300, 300)  # past blocks of 16 and 64: in pieces
     rng = np.random.default_rng(0)
     for batch, length in ((1, 7), (1, longest), (3, 5), (2, longest)):
         ids = rng.integers(5, config.vocab_size, (batch, length))
         given = np.arange(length) if config.positions == "absolute" else None
-        for threads in (1, 2):
-            default = npbert.embed(weights, ids, threads=threads)
-            looked_up = npbert.embed(weights, ids, position_ids=given, threads=threads)
+        for block, threads in itertools.product(BLOCKS, (1, 2)):
+            with blocks_of(block):
+                default = npbert.embed(weights, ids, threads=threads)
+                looked_up = npbert.embed(weights, ids, position_ids=given, threads=threads)
+                alone = npbert.embed(weights, ids[0], threads=threads)  # (L,): no batch axis
             np.testing.assert_array_equal(default, looked_up)
-            alone = npbert.embed(weights, ids[0], threads=threads)  # (L,): no batch axis
             np.testing.assert_array_equal(alone, default[0])
         inputs = prepare_inputs(config, ids[:1], None, None, None)
         plan = fast.Plan.make(weights, fast.derived(weights), inputs, 1, length, fast.BLOCK)
@@ -397,3 +423,28 @@ def test_a_helper_that_cannot_start_leaves_its_work_to_the_others(monkeypatch):
     monkeypatch.setattr(pool, "submit", submit)
     fast.run(work, list(range(40)), 3)
     assert state["active"] == 0 and sorted(state["done"]) == list(range(40))
+
+
+def test_the_callers_numpy_buffer_size_is_left_as_it_was(models, monkeypatch):
+    """Blocks of wide rows divide with a one-row ufunc buffer (npbert.fast.row_buffer), set
+    on each thread that works and restored as it leaves, after an error too."""
+    weights = models["minilm"]  # rows of 384: wide enough
+    ids = np.random.default_rng(0).integers(0, 30522, (4, 128))
+    assert fast.row_buffer(fast.BLOCK, 384) == 384
+    expected = npbert.embed_stages(weights, ids)["embeddings"]
+    before = np.getbufsize()
+    for threads in (1, 2):
+        with np.errstate():
+            np.setbufsize(4096)
+            output = npbert.embed(weights, ids, threads=threads)
+            assert np.getbufsize() == 4096
+        np.testing.assert_allclose(output, expected, rtol=0, atol=FAST_TOLERANCE)
+
+    def failing(*args):
+        assert np.getbufsize() == 384
+        raise MemoryError("in a block")
+
+    monkeypatch.setattr(fast, "normalize", failing)
+    with pytest.raises(MemoryError, match="in a block"):
+        npbert.embed(weights, ids, threads=1)
+    assert np.getbufsize() == before
