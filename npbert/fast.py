@@ -127,7 +127,7 @@ class Plan:
         words, centered, mask, affine = self.words, self.centered, self.mask, self.affine
         add, scale = self.add, weights.config.word_scale
 
-        buffer = row_buffer(size, width)
+        buffer = row_buffer(size, out.shape[1])  # the rows normalize divides
 
         def work(share) -> None:
             # Scratch only where a block needs it: a call that allocates a few MB it does not

@@ -448,3 +448,14 @@ def test_the_callers_numpy_buffer_size_is_left_as_it_was(models, monkeypatch):
     with pytest.raises(MemoryError, match="in a block"):
         npbert.embed(weights, ids, threads=1)
     assert np.getbufsize() == before
+
+
+def test_the_buffer_is_chosen_for_the_rows_that_are_divided(monkeypatch):
+    """DeBERTa-v2 projects E -> H inside its layer: the rows normalize divides are H wide."""
+    weights = npbert.load_weights(DATA / "tiny-deberta-v2")
+    config = weights.config
+    assert config.projection == "inside" and config.embedding_size != config.output_size
+    widths = []
+    monkeypatch.setattr(fast, "row_buffer", lambda rows, width: widths.append(width))
+    npbert.embed(weights, np.ones((2, 8), np.int64), threads=1)
+    assert widths == [config.output_size]
