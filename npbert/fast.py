@@ -252,10 +252,11 @@ def normalize(x: np.ndarray, eps, affine: tuple, stats: np.ndarray) -> None:
         groups *= gamma_rows
         if beta is not None:
             groups += beta_rows
-    if whole < n:  # the last n % SHORT rows
-        x[whole:] *= gamma
+    if whole < n:
+        rest = x[whole:]  # (n % SHORT, E)
+        rest *= gamma
         if beta is not None:
-            x[whole:] += beta
+            rest += beta
 
 
 # --- tables made once per weights ---------------------------------------------------------
