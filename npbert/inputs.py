@@ -58,6 +58,8 @@ def as_id_array(name: str, ids) -> np.ndarray:
         array = np.asarray(ids)
     except ValueError as error:  # ragged nested lists
         raise InputError(f"{name} is not a rectangular array: {error}") from None
+    if array.dtype == object and array.ndim == 0:  # None, a dict, a set, a generator
+        raise InputError(f"{name} must be an array of integer ids, got {ids!r:.60}")
     if array.size == 0:
         raise InputError(f"{name} is empty (shape {array.shape}): nothing to embed")
     if array.dtype.kind == "f" and not isinstance(ids, np.ndarray):

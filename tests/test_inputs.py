@@ -48,6 +48,12 @@ def weights():
         ({"input_ids": [[]]}, "input_ids is empty"),
         ({"input_ids": [[2, 3], [2]]}, "input_ids is not a rectangular array"),
         ({"input_ids": 2}, r"shape \(L,\) or \(B, L\), got \(\)"),
+        ({"input_ids": None}, "input_ids must be an array of integer ids, got None"),
+        ({"input_ids": {2, 3}}, r"input_ids must be an array of integer ids, got \{2, 3\}"),
+        ({"input_ids": (i for i in [2, 3])}, "ids, got <generator object"),
+        ({"input_ids": np.array(2, object)}, r"ids, got array\(2, dtype=object\)"),
+        ({"input_ids": [2, 3], "position_ids": {}}, "position_ids must be an array of integer"),
+        ({"input_ids": [2, 3], "token_type_ids": set()}, "token_type_ids must be an array of"),
         ({"input_ids": [[[2]]]}, r"shape \(L,\) or \(B, L\), got \(1, 1, 1\)"),
         ({"input_ids": np.ma.masked_array([2, -1], [0, 1])}, "input_ids is a masked array"),
         (
