@@ -88,6 +88,15 @@ class EmbeddingWeights:
 NO_BIAS = ("layer_norm_bias", "projection_bias")  # None: no bias (ModernBERT, DeBERTa)
 
 
+def check_weights(weights) -> None:
+    """InputError unless `weights` is an EmbeddingWeights, as every function taking one needs."""
+    if not isinstance(weights, EmbeddingWeights):
+        raise InputError(
+            f"weights must be npbert's EmbeddingWeights (npbert.load_weights), not "
+            f"{type(weights).__name__}"
+        )
+
+
 def expected_shapes(config: EmbeddingConfig) -> dict[str, tuple[int, ...] | None]:
     """Each EmbeddingWeights array's shape under `config`; None where the family has none."""
     e, h, out = config.embedding_size, config.hidden_size, config.output_size

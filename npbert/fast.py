@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from npbert.checkpoint import check_weights
 from npbert.errors import InputError
 
 # Tokens per block, as measured on bert-base (scripts/bench.py, AMD EPYC, 1 MiB L2 a core):
@@ -346,6 +347,7 @@ def centered_table(weights, mode: str) -> None:
     or "never" (and drop it). Results are the same either way; only speed and memory differ."""
     if mode not in ("auto", "always", "never"):
         raise InputError(f"mode must be 'auto', 'always' or 'never', not {mode!r}")
+    check_weights(weights)
     record = derived(weights)
     with _lock:
         record.mode = mode

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npbert import fast
-from npbert.checkpoint import EmbeddingWeights, load_checkpoint
+from npbert.checkpoint import EmbeddingWeights, check_weights, load_checkpoint
 from npbert.errors import InputError
 from npbert.inputs import check_count, check_flag, prepare_inputs
 
@@ -68,14 +68,6 @@ def float_dtype(dtype) -> np.dtype:
     return dtype
 
 
-def _check_weights(weights) -> None:
-    if not isinstance(weights, EmbeddingWeights):
-        raise InputError(
-            f"weights must be npbert's EmbeddingWeights (npbert.load_weights), not "
-            f"{type(weights).__name__}"
-        )
-
-
 def embed_stages(
     weights: EmbeddingWeights,
     input_ids,
@@ -93,7 +85,7 @@ def embed_stages(
     and with project=True the projection after the module as "projected" last.
     Lookups (..., L, E).
     """
-    _check_weights(weights)
+    check_weights(weights)
     check_flag("project", project)
     dtype = float_dtype(dtype).type
     inputs = prepare_inputs(weights.config, input_ids, token_type_ids, position_ids, attention_mask)
@@ -141,7 +133,7 @@ def embed(
     cancel each other (npbert.fast says when). dtype=np.float64 computes every step in
     float64 from the stored weights: the exact reference.
     """
-    _check_weights(weights)
+    check_weights(weights)
     check_flag("project", project)
     threads = None if threads is None else check_count("threads", threads)
     if float_dtype(dtype) != np.float32:
@@ -179,7 +171,7 @@ class Embedder:
     def __init__(self, weights: EmbeddingWeights, tokenizer):
         from npbert.tokenize import Tokenizer
 
-        _check_weights(weights)
+        check_weights(weights)
         if not isinstance(tokenizer, Tokenizer):
             raise InputError(
                 f"tokenizer must be npbert.tokenize.Tokenizer (load_tokenizer), not "
