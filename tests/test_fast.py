@@ -462,3 +462,36 @@ def test_the_buffer_is_chosen_for_the_rows_that_are_divided(monkeypatch):
     monkeypatch.setattr(fast, "row_buffer", lambda rows, width: widths.append(width))
     npbert.embed(weights, np.ones((2, 8), np.int64), threads=1)
     assert widths == [config.output_size]
+
+
+def widened(tmp_path, name: str, embedding: int, hidden: int):
+    """DATA/name's embedding tensors redrawn at E = embedding, H = hidden (its 16 and 32)."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    sizes = {16: embedding, 32: hidden}
+    rng = np.random.default_rng(0)
+    tensors = {
+        key: rng.normal(0, 0.5, [sizes.get(n, n) for n in value.shape]).astype(np.float32)
+        for key, value in load_file(str(DATA / name / "model.safetensors")).items()
+        if "embed" in key
+    }
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    config = json.loads((DATA / name / "config.json").read_text())
+    config.update(embedding_size=embedding, hidden_size=hidden)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return npbert.load_weights(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["tiny-deberta-v2", "tiny-electra"])
+def test_a_projected_token_is_the_same_in_a_batch_of_any_size(tmp_path, name):
+    """ELECTRA-small's sizes, E 128 -> H 256: BLAS's matrix product rounded a row differently
+    beside 1 to 4 other rows than beside more (OpenBLAS picks its kernel by the shapes)."""
+    weights = widened(tmp_path, name, 128, 256)
+    ids = np.random.default_rng(1).integers(5, weights.config.vocab_size, (40, 3))
+    alone = np.stack([npbert.embed(weights, row, project=True) for row in ids])  # (40, 3, H)
+    for batch, block, threads in itertools.product((2, 3, 5, 17, 40), BLOCKS, (1, 2)):
+        with blocks_of(block):
+            together = npbert.embed(weights, ids[:batch], project=True, threads=threads)
+        np.testing.assert_array_equal(together, alone[:batch])
