@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"npbert: error: out of memory ({reason})", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleaned up: another Ctrl-C changes nothing
         print("npbert: interrupted", file=sys.stderr)
         return 130
 

@@ -465,8 +465,21 @@ def worker_pool(workers: int, job):
             os.environ["TOKENIZERS_PARALLELISM"] = before
     try:
         yield pool
+    except BaseException:  # an error, Ctrl-C, or the run closed early: the chunks in flight
+        stop_workers(pool)  # are dropped, not waited for (a second Ctrl-C hung in that wait)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def stop_workers(pool) -> None:
+    """Kill a process pool's workers and wait until they have ended, so that none writes a
+    file after this returns. (ProcessPoolExecutor.kill_workers() comes in Python 3.14.)"""
+    processes = list((pool._processes or {}).values())
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.join()
 
 
 # --- reading ------------------------------------------------------------------------------

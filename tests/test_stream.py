@@ -217,6 +217,38 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
     assert not list(out.glob(".*.tmp"))
 
 
+def test_ctrl_c_twice_ends_the_run_at_once_with_its_workers(tmp_path, minilm_dir):
+    """The second Ctrl-C came while the first waited for the chunks in flight, and the run
+    then hung at exit, waiting for workers that were never told to stop."""
+    (tmp_path / "in.txt").write_text("\n".join(corpus_lines(20000, seed=3)) + "\n")
+    out = tmp_path / "out"
+    args = ["embed", "--input", tmp_path / "in.txt", "--out", out, "--model", minilm_dir]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "npbert.cli", *map(str, args)],  # chunks of 64 KB: 0.3 s each
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while (
+        time.monotonic() < deadline and process.poll() is None and not (out / "index.json").exists()
+    ):
+        time.sleep(0.01)
+    time.sleep(0.5)  # chunks in flight
+    workers = _children(process.pid)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    try:
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and stderr == "npbert: interrupted\n", stderr[-2000:]
+    assert len(workers) == 2
+    _assert_gone(workers)
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # nothing pending
+
+
 def _children(pid: int) -> list[int]:
     tasks = Path(f"/proc/{pid}/task")
     children = [c for t in tasks.iterdir() for c in (t / "children").read_text().split()]
