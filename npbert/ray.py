@@ -17,6 +17,7 @@ Nothing else in npbert imports it, so npbert's core never imports Ray.
 
 import math
 import os
+import socket
 import warnings
 from pathlib import Path
 
@@ -212,6 +213,8 @@ class RayEngine:
         self.model, self.revision, self.full = os.fspath(model), revision, full
         self.truncation, self.dtype = truncation, dtype
         self.workers = None if workers is None else check_count("workers", workers)
+        if address is not None and not str(address).strip():
+            raise InputError("the Ray address is empty: give host:port, or none to start a cluster")
         self.address = address
 
     def __call__(self, directory: Path, named):
@@ -291,17 +294,38 @@ def connect(ray, address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
-    ray.init(
-        address=address,
-        num_cpus=None if address else fast.cpus(),
-        include_dashboard=False,
-        log_to_driver=False,  # the actors' logs stay in the cluster's log files
-        logging_level=logging.ERROR,
-    )
+    joining = address or os.environ.get("RAY_ADDRESS")  # which Ray joins when not given one
+    if joining:
+        check_reachable(joining)
+    try:
+        ray.init(
+            address=address,
+            num_cpus=None if address else fast.cpus(),
+            include_dashboard=False,
+            log_to_driver=False,  # the actors' logs stay in the cluster's log files
+            logging_level=logging.ERROR,
+        )
+    except (ValueError, ConnectionError) as error:  # "Invalid address format", no cluster
+        reason = " ".join(str(error).split())  # Ray's may run over lines
+        raise InputError(f"Ray cannot join the cluster at {joining!r}: {reason}") from None
     # CRITICAL: Ray Data logs an actor's death at ERROR, with a traceback; the run says it in
     # one line (WorkerLost).
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     return True
+
+
+def check_reachable(address: str) -> None:
+    """InputError unless something listens at a "host:port" address. Ray retries a cluster it
+    cannot reach for minutes, logging every try, and then ends the process; a TCP connection
+    refused or timed out says it at once. Other forms ("auto", "ray://...") are Ray's."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise InputError(f"no Ray cluster answers at {address}: {reason}") from None
 
 
 def embed_corpus_on_ray(

@@ -267,6 +267,39 @@ def test_bad_input_is_one_line_and_lists_no_partial_shard(cluster, tmp_path, nam
     assert not [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
 
 
+def _closed_port() -> str:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens once it is closed
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        (_closed_port, r"no Ray cluster answers at 127\.0\.0\.1:\d+: Connection refused"),
+        ("garbage::", "Ray cannot join the cluster at 'garbage::': Invalid address format"),
+        ("http://x", "Ray cannot join the cluster at 'http://x': Invalid Ray address"),
+        ("", "the Ray address is empty"),
+    ],
+)
+def test_an_address_ray_cannot_join_is_one_line_at_once(tmp_path, address, message):
+    """Ray retried a closed port for minutes (and ended the process), and raised a
+    traceback on an address it could not parse."""
+    address = address() if callable(address) else address
+    (tmp_path / "c.txt").write_text("a b c\n")
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "npbert.cli", "embed", "--input", tmp_path / "c.txt",
+         "--out", tmp_path / "r", "--model", _minilm(), "--engine", "ray", "--address", address],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert re.search(message, result.stderr), result.stderr
+    assert time.monotonic() - start < 60
+
+
 def test_a_dataset_without_text_is_an_input_error(cluster, minilm_dir):
     import npbert.ray
 
