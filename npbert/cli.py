@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra[:dashes]):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.texts = [*args.texts, *extra[:dashes], *extra[dashes + 1 :]]
+    if sys.stdout is None:  # started with it closed (>&-): what the command says would be lost
+        print("npbert: error: standard output is closed", file=sys.stderr)
+        return 2
     try:
         code = args.run(args)
         sys.stdout.flush()  # a reader that went away shows here, not at exit
@@ -719,7 +722,7 @@ def run_inspect(args) -> int:
 
     if (args.model is None) == (args.model_option is None):
         raise InputError("give the model once: npbert inspect MODEL, or --model MODEL")
-    model = args.model or args.model_option
+    model = args.model if args.model is not None else args.model_option
     directory, source = resolve(model, revision=args.revision, full=args.full)
     config, tensors = locate_checkpoint(directory)
     width = max(len(t.name) for t in tensors.values())

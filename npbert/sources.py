@@ -78,6 +78,8 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
     if source == "-":
         if input_format == "parquet":
             raise InputError("--input -: standard input takes txt or jsonl, not Parquet")
+        if sys.stdin is None:  # started with it closed (<&-)
+            raise InputError("--input -: standard input is closed")
         return [("-", input_format or "txt")]
     path = Path(source)
     if path.is_dir():

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -208,6 +209,7 @@ def test_inspect_lists_the_five_tensors(capsys):
         (["inspect", "./missing"], "no such checkpoint directory"),
         (["embed", "x", "--model", TINY / "config.json"], "config.json is a file: give the"),
         (["embed", "x", "--model", ""], "the model is empty"),  # not the current directory
+        (["inspect", ""], "the model is empty"),
         (["embed", "x", "--model", TINY, "--full"], "full applies to Hub repo ids"),
         (["embed", "--input", "", "--out", "o", "--model", TINY], "--input is empty"),
         (["fetch", "a/b", "--revision", ""], "the revision is empty"),
@@ -582,3 +584,22 @@ def test_ids_file_with_an_attention_mask_file(tmp_path, capsys):
     assert code == 2 and "attention_mask" in err and "(2, 3)" in err and err.count("\n") == 1
     code, _, err = run(capsys, "embed", "x", "--model", deberta, "--attention-mask-file", "m.npy")
     assert code == 2 and "--attention-mask-file goes with --ids-file" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "closed", "message"),
+    [
+        (("embed", "x", "--model", TINY), 1, "standard output is closed"),
+        (("embed", "--input", "-", "--out", "o", "--model", TINY), 0,
+         "--input -: standard input is closed"),
+    ],
+)  # fmt: skip
+def test_a_closed_standard_stream_is_one_line(tmp_path, argv, closed, message):
+    """Started with stdout (>&-) or stdin (<&-) closed, where Python's sys.stdout or stdin is
+    None: an AttributeError deep inside, before."""
+    result = subprocess.run(
+        [sys.executable, "-m", "npbert", *map(str, argv)], stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: os.close(closed), cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stderr == f"npbert: error: {message}\n"
+    assert not (tmp_path / "o").exists()
