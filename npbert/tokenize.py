@@ -163,6 +163,13 @@ def load_tokenizer(
     The pad id: tokenizer.json's, tokenizer_config.json's pad_token, else pad_token_id."""
     directory = Path(directory)
     settings = _tokenizer_config(directory)  # read whenever present: a broken one is refused
+    try:  # the tokenizers library opens files by str paths, which must be valid UTF-8
+        str(directory).encode()
+    except UnicodeEncodeError:
+        raise InputError(
+            f"{os.fsdecode(directory)!r}: the tokenizers library cannot open files under a "
+            "path that is not valid UTF-8; rename the directory"
+        ) from None
     tokenizer_json = directory / "tokenizer.json"
     vocab = directory / "vocab.txt"
     if tokenizer_json.is_file():

@@ -406,3 +406,15 @@ def test_a_pair_on_a_model_of_one_token_type_is_refused_by_what_it_is(tmp_path):
     roberta = npbert.Embedder.from_pretrained(DATA / "tiny-roberta")  # one type, pairs all 0
     assert roberta.weights.config.type_vocab_size == 1
     assert not roberta("who", "me").token_type_ids.any()
+
+
+@pytest.mark.parametrize("name", ["tiny-bert", "tiny-roberta"])  # vocab.txt, tokenizer.json
+def test_a_checkpoint_under_a_path_that_is_not_utf8_is_refused_by_name(tmp_path, name):
+    """Linux paths are bytes; the tokenizers library takes str, and failed with
+    "failed to extract enum PyVocab" (vocab.txt) or said the tokenizer.json was unreadable."""
+    from conftest import DATA
+
+    directory = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"m\xff"))
+    shutil.copytree(DATA / name, directory)
+    with pytest.raises(InputError, match=r"m\\udcff': the tokenizers library cannot open"):
+        npbert.Embedder.from_pretrained(directory)
