@@ -21,6 +21,7 @@ from there.
 """
 
 import dataclasses
+import fcntl
 import hashlib
 import itertools
 import json
@@ -136,22 +137,51 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
         raise InputError("the output directory is empty: give a directory for the shards")
     directory = Path(directory)
     files = input_files(settings["input"], settings["input_format"])
-    index = start_index(directory, settings, resume)
-    done = index.get("consumed")
-    pieces = chunks(files, settings["shard_bytes"], done)
-    bar = Progress(progress, total_size(files), done["bytes"] if done else 0)
-    named = ((f"shard-{n:05d}", chunk) for n, chunk in enumerate(pieces, len(index["shards"])))
-    try:
-        with closing(engine(directory, named)) as embedded:  # closed: no worker left writing
-            for name, chunk, tokens in embedded:
-                commit_shard(directory, index, name, chunk, tokens)
-                bar.update(chunk.size, tokens)
-    finally:
-        bar.close()
-        remove_pending(directory)
-    index["complete"] = True
-    write_index(directory, index)
+    check_out(directory, resume)  # before writing() leaves its lock in a directory not ours
+    with writing(directory):
+        index = start_index(directory, settings, resume)
+        done = index.get("consumed")
+        pieces = chunks(files, settings["shard_bytes"], done)
+        bar = Progress(progress, total_size(files), done["bytes"] if done else 0)
+        first = len(index["shards"])
+        named = ((f"shard-{n:05d}", chunk) for n, chunk in enumerate(pieces, first))
+        try:
+            with closing(engine(directory, named)) as embedded:  # closed: no worker writing
+                for name, chunk, tokens in embedded:
+                    commit_shard(directory, index, name, chunk, tokens)
+                    bar.update(chunk.size, tokens)
+        finally:
+            bar.close()
+            remove_pending(directory)
+        index["complete"] = True
+        write_index(directory, index)
     return index
+
+
+LOCK = ".npbert.lock"  # in the output directory while a run writes it
+
+
+@contextmanager
+def writing(directory: Path):
+    """Hold the output directory for one run: a second run on it (or a --resume while the
+    first still runs) would remove the first one's pending files, and both would fail. The
+    lock file is removed at the end while still held; a run that opened it just before finds
+    it gone (another inode at its name, or none) and is refused as if it were held."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(fd).st_ino != os.stat(path).st_ino:
+            raise BlockingIOError
+    except (BlockingIOError, FileNotFoundError):
+        os.close(fd)
+        raise InputError(f"--out {directory}: another npbert run is writing it") from None
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
 
 
 # --- the directory and its index -----------------------------------------------------------
@@ -208,11 +238,11 @@ def check_counts(index: dict, path: Path) -> None:
         )
 
 
-def start_index(directory: Path, settings: dict, resume: bool) -> dict:
-    """A new index, or with --resume the existing one after checking it is the same job."""
+def check_out(directory: Path, resume: bool) -> None:
+    """InputError unless `directory` is absent, empty, or with --resume an npbert corpus."""
     if directory.exists() and not directory.is_dir():
         raise InputError(f"--out {directory} is a file, not a directory")
-    present = list(directory.iterdir()) if directory.exists() else []
+    present = [p for p in directory.iterdir() if p.name != LOCK] if directory.exists() else []
     if present and not resume:
         raise InputError(
             f"--out {directory} exists and is not empty: pass --resume to continue the run "
@@ -224,8 +254,12 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
             f"--resume: {directory} has no {INDEX} but holds other files ({others[0]}, ...): "
             "it is not an npbert corpus to continue"
         )
+
+
+def start_index(directory: Path, settings: dict, resume: bool) -> dict:
+    """A new index, or with --resume the existing one after checking it is the same job."""
+    check_out(directory, resume)  # again, now that no other run writes it
     if not resume or not (directory / INDEX).exists():
-        directory.mkdir(parents=True, exist_ok=True)
         index = {**settings, "shards": [], "texts": 0, "tokens": 0, "complete": False}
         index["consumed"] = Consumed().state()  # nothing yet
         write_index(directory, index)

@@ -249,6 +249,42 @@ def test_ctrl_c_twice_ends_the_run_at_once_with_its_workers(tmp_path, minilm_dir
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # nothing pending
 
 
+def test_a_run_on_a_directory_another_run_is_writing_is_refused(tmp_path, minilm_dir):
+    """Two runs on one --out (or a --resume while the first runs) each removed the other's
+    pending shard files, and both stopped with "No such file or directory"."""
+    (tmp_path / "in.txt").write_text("\n".join(corpus_lines(30000, seed=4)) + "\n")
+    out = tmp_path / "out"
+    args = ["embed", "--input", tmp_path / "in.txt", "--out", out, "--model", minilm_dir,
+            "--shard-bytes", "8000", "--workers", "1", "--quiet"]  # fmt: skip
+    first = subprocess.Popen([sys.executable, "-m", "npbert.cli", *map(str, args)],
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out / "index.json").exists():
+            time.sleep(0.01)
+        second = cli(*args, "--resume", timeout=120)
+        _, stderr = first.communicate(timeout=300)
+    finally:
+        first.kill()
+    assert second.returncode == 2, second.stderr
+    assert second.stderr == f"npbert: error: --out {out}: another npbert run is writing it\n"
+    assert first.returncode == 0, stderr
+    assert json.loads((out / "index.json").read_text())["complete"]
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # the lock too
+    assert cli(*args, "--resume", timeout=120).returncode == 0  # free again
+
+
+def test_the_lock_is_left_in_no_directory_that_is_not_a_corpus(tmp_path, minilm_dir):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    (tmp_path / "in.txt").write_text("a b c\n")
+    for resume in ((), ("--resume",)):
+        result = cli("embed", "--input", tmp_path / "in.txt", "--out", tmp_path / "mine",
+                     "--model", minilm_dir, *resume, timeout=120)  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
 def _children(pid: int) -> list[int]:
     tasks = Path(f"/proc/{pid}/task")
     children = [c for t in tasks.iterdir() for c in (t / "children").read_text().split()]
