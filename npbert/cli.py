@@ -688,12 +688,12 @@ def summary(weights, name: str, embeddings: np.ndarray, tokens, texts, ids=None)
             lines.append(f"[{b}] {texts[b]}")
             lines.append(f"    {len(real)} tokens: {' '.join(real)}")
             lines.append(f"    input_ids: {' '.join(map(str, ids[b, : len(real)]))}")
-            last = len(real) - 1
+            rows = rows[: len(real)]  # (L_b, H): padding is not the text's
         else:
             lines.append(f"[{b}] {rows.shape[0]} tokens")
-            last = rows.shape[0] - 1
-        lines.append(f"    first {format_row(rows[0])}")
-        lines.append(f"    last  {format_row(rows[last])}")
+        if len(rows):  # a tokenizer without special tokens gives an empty text none
+            lines.append(f"    first {format_row(rows[0])}")
+            lines.append(f"    last  {format_row(rows[-1])}")
     return "\n".join(lines)
 
 

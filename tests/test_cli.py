@@ -603,3 +603,20 @@ def test_a_closed_standard_stream_is_one_line(tmp_path, argv, closed, message):
     )  # fmt: skip
     assert result.returncode == 2 and result.stderr == f"npbert: error: {message}\n"
     assert not (tmp_path / "o").exists()
+
+
+def test_the_summary_shows_no_rows_for_a_text_of_no_tokens(tmp_path, capsys):
+    """With a tokenizer that adds no special tokens, an empty text has no rows: the summary
+    showed the padding's as its first and last."""
+    import shutil
+
+    from tokenizers import BertWordPieceTokenizer
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tokenizer = json.loads(BertWordPieceTokenizer(str(TINY / "vocab.txt"))._tokenizer.to_str())
+    tokenizer["post_processor"] = None
+    (tmp_path / "m" / "tokenizer.json").write_text(json.dumps(tokenizer))
+    code, out, _ = run(capsys, "embed", "", "a", "--model", tmp_path / "m")
+    empty, other = out.split("\n\n")[1:]
+    assert code == 0 and "0 tokens" in empty and "first" not in empty and "last" not in empty
+    assert "1 tokens: a" in other and "first" in other and "last" in other
