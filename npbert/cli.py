@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"npbert: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # an unreadable input or unwritable output file
-        print(f"npbert: error: {error.strerror or error}: {error.filename or ''}", file=sys.stderr)
+        where = f": {error.filename}" if error.filename else ""  # none for standard output
+        print(f"npbert: error: {error.strerror or error}{where}", file=sys.stderr)
         return 2
     except WorkerLost as error:
         print(f"npbert: error: {error}", file=sys.stderr)
@@ -750,6 +751,8 @@ def run_inspect(args) -> int:
 def run_fetch(args) -> int:
     from npbert import hub
 
+    if not args.model:  # Path("") is the current directory
+        raise InputError("the repo id is empty: give a Hub repo id, such as bert-base-uncased")
     if Path(args.model).expanduser().is_dir():
         raise InputError(f"{args.model} is a local directory; fetch takes a Hub repo id")
     if args.quiet:

@@ -212,6 +212,7 @@ def test_inspect_lists_the_five_tensors(capsys):
         (["inspect", ""], "the model is empty"),
         (["embed", "x", "--model", TINY, "--full"], "full applies to Hub repo ids"),
         (["embed", "--input", "", "--out", "o", "--model", TINY], "--input is empty"),
+        (["fetch", ""], "the repo id is empty"),
         (["fetch", "a/b", "--revision", ""], "the revision is empty"),
         (["fetch", "a/b", "--cache-dir", ""], "the cache directory is empty"),
         (["fetch", "a/b", "--token", ""], "the token is empty"),  # not a network error
@@ -620,3 +621,12 @@ def test_the_summary_shows_no_rows_for_a_text_of_no_tokens(tmp_path, capsys):
     empty, other = out.split("\n\n")[1:]
     assert code == 0 and "0 tokens" in empty and "first" not in empty and "last" not in empty
     assert "1 tokens: a" in other and "first" in other and "last" in other
+
+
+def test_a_full_standard_output_is_one_line_without_a_dangling_colon():
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "npbert", "embed", "x", "--model", str(TINY)],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert result.returncode == 2 and result.stderr == "npbert: error: No space left on device\n"
