@@ -338,12 +338,27 @@ class Embedder:
         if self.weights.config.type_vocab_size == 1 and types.any():  # as stream.tokenize
             row = int(types.any(axis=1).argmax())
             refuse_pair(self.weights.config, f"pairs[{row}]", int(types.max()))
+        if self.weights.config.type_vocab_size and types.size:
+            past = np.argwhere(types >= self.weights.config.type_vocab_size)
+            if past.size:
+                refuse_type(self, f"texts[{past[0][0]}]", int(types[tuple(past[0])]))
         past = np.argwhere(padded.input_ids >= self.weights.config.vocab_size)
         if past.size:
             b, i = past[0]
             where = f"texts[{b}]"
             refuse_token(self, where, padded.tokens[b][i], int(padded.input_ids[b, i]))
         return padded
+
+
+def refuse_type(embedder: Embedder, where: str, token_type: int) -> None:
+    """InputError: the tokenizer's post-processor gives a token type the model has no row for,
+    which would be blamed on token_type_ids."""
+    config = embedder.weights.config
+    raise InputError(
+        f"{where}: {embedder.tokenizer.name} gives token type {token_type}, but this "
+        f"{config.model_type} has {config.type_vocab_size} token type(s): the tokenizer and "
+        "the checkpoint disagree"
+    )
 
 
 def refuse_token(embedder: Embedder, where: str, token: str, token_id: int) -> None:

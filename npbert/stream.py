@@ -42,7 +42,7 @@ from npbert.atomic import is_temporary, write_atomically
 from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count, check_flag
-from npbert.model import Embedder, refuse_pair, refuse_token
+from npbert.model import Embedder, refuse_pair, refuse_token, refuse_type
 from npbert.npyfile import check_header, load_npy, regular_file
 from npbert.progress import Progress, check_mode
 from npbert.ragged import embed_encodings
@@ -369,6 +369,8 @@ def tokenize(embedder: Embedder, records: list, truncation: bool) -> list:
         # BERT's tokenizer gives sentence B type 1, which a model of one type has no row for
         if config.type_vocab_size == 1 and record.pair is not None and max(encoding.type_ids):
             refuse_pair(config, record.where, max(encoding.type_ids))
+        if config.type_vocab_size and max(encoding.type_ids, default=0) >= config.type_vocab_size:
+            refuse_type(embedder, record.where, max(encoding.type_ids))
     return ordered
 
 

@@ -418,3 +418,29 @@ def test_a_checkpoint_under_a_path_that_is_not_utf8_is_refused_by_name(tmp_path,
     shutil.copytree(DATA / name, directory)
     with pytest.raises(InputError, match=r"m\\udcff': the tokenizers library cannot open"):
         npbert.Embedder.from_pretrained(directory)
+
+
+def test_a_token_type_past_the_table_is_blamed_on_the_tokenizer(tmp_path):
+    """A post-processor giving a type the model has no row for was reported as
+    "token_type_ids[10] = 5 is out of range", a flat offset in a shard, naming no text."""
+    from conftest import TINY
+    from tokenizers import BertWordPieceTokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    from npbert.stream import embed_corpus
+
+    shutil.copytree(TINY, tmp_path / "m")
+    library = BertWordPieceTokenizer(str(TINY / "vocab.txt"))
+    specials = [(t, library.token_to_id(t)) for t in ("[CLS]", "[SEP]")]
+    library.post_processor = TemplateProcessing(
+        single="[CLS] $A:5 [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=specials
+    )
+    library.save(str(tmp_path / "m" / "tokenizer.json"))
+    embedder = npbert.Embedder.from_pretrained(tmp_path / "m")
+    message = "gives token type 5, but this bert has 2 token type(s): the tokenizer and the"
+    with pytest.raises(InputError, match=re.escape(f"texts[0]: {tmp_path / 'm'}")) as caught:
+        embedder(["who", "me"])
+    assert message in str(caught.value)
+    (tmp_path / "c.txt").write_text("who\nme\n")
+    with pytest.raises(InputError, match=re.escape(f"c.txt line 1: {tmp_path / 'm'}")):
+        embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o")
