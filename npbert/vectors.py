@@ -77,7 +77,12 @@ def cases(embedder: Embedder) -> dict[str, dict]:
     config, tokenizer = embedder.weights.config, embedder.tokenizer.tokenizer
 
     def text(description, texts, pairs=None, max_length=None):
-        encoding = embedder.encode(texts, pairs, truncation=bool(max_length), max_length=max_length)
+        limit = max_length or config.max_length  # a model of few positions: the texts cut
+        each = zip(texts, pairs or [None] * len(texts), strict=True)
+        longest = max(len(tokenizer.encode(t, p).ids) for t, p in each)
+        if max_length is None and limit is not None and longest > limit:
+            description += f", cut to the model's {limit} positions"
+        encoding = embedder.encode(texts, pairs, truncation=limit is not None, max_length=limit)
         return {
             "description": description,
             "texts": texts,

@@ -635,3 +635,22 @@ def test_a_candidates_inf_nan_or_overflow_fails_without_numpy_warnings(tiny_stag
         warnings.simplefilter("error")  # "invalid value encountered in divide", "overflow ..."
         report = compare_stages({"embeddings": output}, reference64, reference32, atol=1, rtol=0)
     assert not report["ok"] and report["embeddings"]["min_token_cosine"] < 0.5
+
+
+def test_vectors_of_a_model_of_few_positions_cut_the_texts_and_say_so(tmp_path):
+    """The example pair needs more positions than a small model has: it was refused with a
+    hint to pass --truncate, which `vectors` does not take."""
+    shutil.copytree(TINY, tmp_path / "m")
+    config = json.loads((TINY / "config.json").read_text())
+    config["max_position_embeddings"] = 20
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    tensors = load_file(str(TINY / "model.safetensors"))
+    name = next(k for k in tensors if "position_embeddings" in k)
+    tensors[name] = tensors[name][:20].copy()
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    assert main(["vectors", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "v")]) == 0
+    cases = json.loads((tmp_path / "v" / "manifest.json").read_text())["cases"]
+    assert cases["pair"]["description"].endswith(", cut to the model's 20 positions")
+    assert "cut" not in cases["seed1"]["description"]
+    ids = next(rel for rel in cases["pair"]["files"] if rel.endswith("input_ids.npy"))
+    assert np.load(tmp_path / "v" / ids).shape == (1, 20)
