@@ -5,12 +5,15 @@ line; a traceback is a bug.
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
 import signal
 import sys
 import textwrap
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -468,12 +471,13 @@ def run_embed(args) -> int:
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
     inputs = read_inputs(args)
     positional, keywords = inputs.embed_args()
-    if args.stages:
-        outputs = embed_stages(*positional, **keywords, project=args.project)  # "projected" last
-    else:
-        outputs = {"embeddings": embed(*positional, **keywords)}
-        if args.project and inputs.weights.config.projection == "after":
-            outputs["projected"] = apply_projection(inputs.weights, outputs["embeddings"])
+    with numpy_warnings_as_one_line():
+        if args.stages:
+            outputs = embed_stages(*positional, **keywords, project=args.project)  # "projected"
+        else:
+            outputs = {"embeddings": embed(*positional, **keywords)}
+            if args.project and inputs.weights.config.projection == "after":
+                outputs["projected"] = apply_projection(inputs.weights, outputs["embeddings"])
     # What the first encoder layer receives: under its own name, as compare reads it back.
     output = "projected" if "projected" in outputs else "embeddings"
     if args.out is not None:
@@ -482,6 +486,42 @@ def run_embed(args) -> int:
     ids = np.atleast_2d(inputs.input_ids)
     print(summary(inputs.weights, output, outputs[output], inputs.tokens, inputs.texts, ids))
     return 0
+
+
+@contextmanager
+def numpy_warnings_as_one_line():
+    """NumPy's RuntimeWarnings inside (NaN or Inf met, float32 overflowed), which name a line
+    of npbert, as one line that says what it means for the output."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        yield
+    for warning in caught:
+        if not issubclass(warning.category, RuntimeWarning):
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)  # fmt: skip
+    if any(issubclass(w.category, RuntimeWarning) for w in caught):
+        print(
+            "npbert: warning: NaN, Inf or a float32 overflow in the layer: the checkpoint's "
+            "tensors hold NaN or Inf, or values too large for float32 (npbert inspect shows "
+            "them), and the tokens that use them embed as NaN, Inf or wrong values",
+            file=sys.stderr,
+        )
+
+
+def warn_non_finite(weights) -> None:
+    """One line on stderr for each embedding tensor that holds NaN or Inf: the embeddings
+    that use it come out NaN or infinite, as torch's do. NumPy's own RuntimeWarnings about
+    them are silenced then, as this says why. (A pass over the tensors: for corpora.)"""
+    for field in dataclasses.fields(weights):
+        array = getattr(weights, field.name)
+        if isinstance(array, np.ndarray) and not np.isfinite([array.min(), array.max()]).all():
+            print(
+                f"npbert: warning: the checkpoint's {field.name} holds NaN or Inf: a token "
+                "whose embedding uses one comes out NaN or infinite, as in torch (npbert "
+                "inspect shows where)",
+                file=sys.stderr,
+            )
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"npbert\.")
 
 
 # The corpus options, and what each is when not given: given without --input, refused.
@@ -576,6 +616,7 @@ def run_embed_corpus(args) -> int:
         from npbert.stream import embed_corpus
 
         embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
+        warn_non_finite(embedder.weights)
         index = embed_corpus(embedder, args.input, args.out, **options)
     print(
         f"embedded {index['texts']:,} texts, {index['tokens']:,} tokens, in "

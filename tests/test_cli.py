@@ -630,3 +630,44 @@ def test_a_full_standard_output_is_one_line_without_a_dangling_colon():
             stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
         )  # fmt: skip
     assert result.returncode == 2 and result.stderr == "npbert: error: No space left on device\n"
+
+
+def test_a_checkpoint_holding_inf_is_one_warning_line_not_numpys(tmp_path):
+    """Shards of NaN were written with exit 0 and only NumPy's RuntimeWarning, which named a
+    line of npbert/fast.py (and showed despite --quiet)."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tensors = load_file(str(TINY / "model.safetensors"))
+    tensors["bert.embeddings.word_embeddings.weight"][:] = np.inf
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    (tmp_path / "c.txt").write_text("a b c\n")
+    for argv, warning in (
+        (["x", "--out", tmp_path / "x.npy"], "NaN, Inf or a float32 overflow in the layer: the"),
+        (["--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--quiet"],
+         "the checkpoint's word_embeddings holds NaN or Inf: a token"),
+    ):  # fmt: skip
+        result = npbert_process("embed", *map(str, argv), "--model", str(tmp_path / "m"))
+        err = result.stderr.decode()
+        assert result.returncode == 0 and err.count("\n") == 1, err
+        assert err.startswith(f"npbert: warning: {warning}"), err
+    assert np.isnan(np.load(tmp_path / "x.npy")).all()
+
+
+def test_weights_too_large_for_float32_are_one_warning_line(tmp_path):
+    """A word row of 1e20 overflows the variance: the token embeds as beta, silently but for
+    NumPy's RuntimeWarning (torch gives NaN); float64 computes it."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tensors = load_file(str(TINY / "model.safetensors"))
+    tensors["bert.embeddings.word_embeddings.weight"][:, 0] = 1e20
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    result = npbert_process("embed", "x", "--model", str(tmp_path / "m"))
+    err = result.stderr.decode()
+    assert result.returncode == 0 and err.count("\n") == 1, err
+    assert err.startswith("npbert: warning: NaN, Inf or a float32 overflow in the layer"), err
