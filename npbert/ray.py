@@ -322,7 +322,7 @@ def check_reachable(address: str) -> None:
     if "://" in address or not host or not port.isdigit():
         return
     try:
-        socket.create_connection((host, int(port)), timeout=10).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()  # [::1]
     except OSError as error:
         reason = error.strerror or str(error) or type(error).__name__
         raise InputError(f"no Ray cluster answers at {address}: {reason}") from None

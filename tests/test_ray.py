@@ -279,6 +279,7 @@ def _closed_port() -> str:
     ("address", "message"),
     [
         (_closed_port, r"no Ray cluster answers at 127\.0\.0\.1:\d+: Connection refused"),
+        ("[::1]:1", r"no Ray cluster answers at \[::1\]:1: \w"),
         ("garbage::", "Ray cannot join the cluster at 'garbage::': Invalid address format"),
         ("http://x", "Ray cannot join the cluster at 'http://x': Invalid Ray address"),
         ("", "the Ray address is empty"),
