@@ -38,6 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     if sys.stdout is None:  # started with it closed (>&-): what the command says would be lost
         print("npbert: error: standard output is closed", file=sys.stderr)
         return 2
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        return run(args)
+    finally:
+        if signal.getsignal(signal.SIGINT) is interrupted:  # not interrupted: as it was
+            signal.signal(signal.SIGINT, previous)
+
+
+def run(args) -> int:
+    """The command, its errors turned into one line and an exit status."""
     try:
         code = args.run(args)
         sys.stdout.flush()  # a reader that went away shows here, not at exit
@@ -59,9 +69,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"npbert: error: out of memory ({reason})", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleaned up: another Ctrl-C changes nothing
         print("npbert: interrupted", file=sys.stderr)
         return 130
+
+
+def interrupted(signum, frame) -> None:
+    """Ctrl-C: stop, and let nothing interrupt the cleanup that follows (workers killed,
+    pending files removed): a second Ctrl-C in the middle of it left workers running, and the
+    process waiting for them. The command exits once it is done."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def reader_gone() -> int:

@@ -217,9 +217,10 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
     assert not list(out.glob(".*.tmp"))
 
 
-def test_ctrl_c_twice_ends_the_run_at_once_with_its_workers(tmp_path, minilm_dir):
-    """The second Ctrl-C came while the first waited for the chunks in flight, and the run
-    then hung at exit, waiting for workers that were never told to stop."""
+@pytest.mark.parametrize("gap", [0.0, 0.005, 0.05])
+def test_ctrl_c_twice_ends_the_run_at_once_with_its_workers(tmp_path, minilm_dir, gap):
+    """A second Ctrl-C while the first waited for the chunks in flight hung the run at exit,
+    waiting for workers never told to stop; one in the cleanup left files and workers."""
     (tmp_path / "in.txt").write_text("\n".join(corpus_lines(20000, seed=3)) + "\n")
     out = tmp_path / "out"
     args = ["embed", "--input", tmp_path / "in.txt", "--out", out, "--model", minilm_dir]
@@ -230,21 +231,20 @@ def test_ctrl_c_twice_ends_the_run_at_once_with_its_workers(tmp_path, minilm_dir
         text=True,
     )
     deadline = time.monotonic() + 120
-    while (
-        time.monotonic() < deadline and process.poll() is None and not (out / "index.json").exists()
-    ):
+    started = out / "index.json"
+    while time.monotonic() < deadline and process.poll() is None and not started.exists():
         time.sleep(0.01)
     time.sleep(0.5)  # chunks in flight
     workers = _children(process.pid)
     process.send_signal(signal.SIGINT)
-    time.sleep(0.05)
+    time.sleep(gap)
     process.send_signal(signal.SIGINT)
     try:
         _, stderr = process.communicate(timeout=30)
     finally:
         process.kill()
     assert process.returncode == 130 and stderr == "npbert: interrupted\n", stderr[-2000:]
-    assert len(workers) == 2
+    assert workers
     _assert_gone(workers)
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # nothing pending
 
