@@ -13,7 +13,6 @@ import signal
 import sys
 import textwrap
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -488,7 +487,8 @@ def run_embed(args) -> int:
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
     inputs = read_inputs(args)
     positional, keywords = inputs.embed_args()
-    with numpy_warnings_as_one_line():
+    with warnings.catch_warnings(record=True) as caught:  # NumPy's, naming lines of npbert
+        warnings.simplefilter("always", RuntimeWarning)
         if args.stages:
             outputs = embed_stages(*positional, **keywords, project=args.project)  # "projected"
         else:
@@ -497,6 +497,11 @@ def run_embed(args) -> int:
                 outputs["projected"] = apply_projection(inputs.weights, outputs["embeddings"])
     # What the first encoder layer receives: under its own name, as compare reads it back.
     output = "projected" if "projected" in outputs else "embeddings"
+    numpy_said = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    for other in (w for w in caught if w not in numpy_said):
+        warnings.showwarning(other.message, other.category, other.filename, other.lineno)
+    if numpy_said or not np.isfinite(outputs[output]).all():  # NaN spreads without warning
+        warn_float32("NaN, Inf or a float32 overflow in the layer")
     if args.out is not None:
         arrays = {**outputs, **inputs.arrays}
         return save(args.out, output, arrays, metadata(inputs.weights, **inputs.meta))
@@ -505,40 +510,37 @@ def run_embed(args) -> int:
     return 0
 
 
-@contextmanager
-def numpy_warnings_as_one_line():
-    """NumPy's RuntimeWarnings inside (NaN or Inf met, float32 overflowed), which name a line
-    of npbert, as one line that says what it means for the output."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RuntimeWarning)
-        yield
-    for warning in caught:
-        if not issubclass(warning.category, RuntimeWarning):
-            warnings.warn_explicit(warning.message, warning.category, warning.filename,
-                                   warning.lineno)  # fmt: skip
-    if any(issubclass(w.category, RuntimeWarning) for w in caught):
-        print(
-            "npbert: warning: NaN, Inf or a float32 overflow in the layer: the checkpoint's "
-            "tensors hold NaN or Inf, or values too large for float32 (npbert inspect shows "
-            "them), and the tokens that use them embed as NaN, Inf or wrong values",
-            file=sys.stderr,
-        )
+def warn_float32(what: str) -> None:
+    """One line on stderr, in place of NumPy's RuntimeWarnings, where float32 cannot give
+    every token a number: the output is still written, as torch would compute it."""
+    print(
+        f"npbert: warning: {what}: the checkpoint's tensors hold NaN or Inf, or values too "
+        "large for float32 (npbert inspect shows them), and the tokens that use them embed "
+        "as NaN, Inf or wrong values (embed(..., dtype=np.float64) computes the large ones)",
+        file=sys.stderr,
+    )
 
 
-def warn_non_finite(weights) -> None:
-    """One line on stderr for each embedding tensor that holds NaN or Inf: the embeddings
-    that use it come out NaN or infinite, as torch's do. NumPy's own RuntimeWarnings about
-    them are silenced then, as this says why. (A pass over the tensors: for corpora.)"""
+def float32_trouble(weights) -> str | None:
+    """What in these weights keeps float32 from computing every token, or None: NaN or Inf,
+    or values so large that a row's sum of squares, at most E (2 S)^2 with S the largest
+    word, type and position values summed, or gamma times a normalized value (at most
+    sqrt(E)) may overflow. A pass over the tensors (their min and max): for corpora, not for
+    a few texts, whose output is checked instead."""
+    largest = {}
     for field in dataclasses.fields(weights):
         array = getattr(weights, field.name)
-        if isinstance(array, np.ndarray) and not np.isfinite([array.min(), array.max()]).all():
-            print(
-                f"npbert: warning: the checkpoint's {field.name} holds NaN or Inf: a token "
-                "whose embedding uses one comes out NaN or infinite, as in torch (npbert "
-                "inspect shows where)",
-                file=sys.stderr,
-            )
-            warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"npbert\.")
+        if isinstance(array, np.ndarray):
+            low, high = float(array.min()), float(array.max())
+            if not math.isfinite(low + high):
+                return f"the checkpoint's {field.name} holds NaN or Inf"
+            largest[field.name] = max(-low, high)
+    width = weights.word_embeddings.shape[1]  # E
+    rows = sum(v for name, v in largest.items() if name.endswith("_embeddings"))  # S
+    gamma = largest.get("layer_norm_weight", 1.0) * math.sqrt(width)
+    if max(width * (2 * rows) ** 2, gamma) > float(np.finfo(np.float32).max):
+        return f"the checkpoint's tables hold values up to {max(largest.values()):.3g}"
+    return None
 
 
 # The corpus options, and what each is when not given: given without --input, refused.
@@ -633,8 +635,12 @@ def run_embed_corpus(args) -> int:
         from npbert.stream import embed_corpus
 
         embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
-        warn_non_finite(embedder.weights)
-        index = embed_corpus(embedder, args.input, args.out, **options)
+        trouble = float32_trouble(embedder.weights)
+        with warnings.catch_warnings():  # the workers, forked inside, inherit the filter
+            if trouble:
+                warn_float32(trouble)
+                warnings.simplefilter("ignore", RuntimeWarning)
+            index = embed_corpus(embedder, args.input, args.out, **options)
     print(
         f"embedded {index['texts']:,} texts, {index['tokens']:,} tokens, in "
         f"{len(index['shards'])} shards: {args.out}"
