@@ -215,6 +215,7 @@ class RayEngine:
         self.workers = None if workers is None else check_count("workers", workers)
         if address is not None and not str(address).strip():
             raise InputError("the Ray address is empty: give host:port, or none to start a cluster")
+        check_address(cluster_address(address))  # before the run writes its directory
         self.address = address
 
     def __call__(self, directory: Path, named):
@@ -294,33 +295,42 @@ def connect(ray, address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
-    joining = address or os.environ.get("RAY_ADDRESS")  # which Ray joins when not given one
-    if joining:
-        check_reachable(joining)
+    joining = cluster_address(address)
     try:
         ray.init(
             address=address,
-            num_cpus=None if address else fast.cpus(),
+            num_cpus=None if joining else fast.cpus(),  # a cluster's own, when joining one
             include_dashboard=False,
             log_to_driver=False,  # the actors' logs stay in the cluster's log files
             logging_level=logging.ERROR,
         )
-    except (ValueError, ConnectionError) as error:  # "Invalid address format", no cluster
+    except (ValueError, ConnectionError) as error:  # no cluster for "auto", say
         reason = " ".join(str(error).split())  # Ray's may run over lines
-        raise InputError(f"Ray cannot join the cluster at {joining!r}: {reason}") from None
+        where = f"join the cluster at {joining}" if joining else "start a cluster here"
+        raise InputError(f"Ray cannot {where}: {reason}") from None
     # CRITICAL: Ray Data logs an actor's death at ERROR, with a traceback; the run says it in
     # one line (WorkerLost).
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     return True
 
 
-def check_reachable(address: str) -> None:
-    """InputError unless something listens at a "host:port" address. Ray retries a cluster it
+def cluster_address(address: str | None) -> str | None:
+    """The cluster Ray joins for `address`: it, or RAY_ADDRESS in place of None or "auto";
+    None to start one on this machine."""
+    if address in (None, "auto"):
+        return os.environ.get("RAY_ADDRESS") or address
+    return address
+
+
+def check_address(address: str | None) -> None:
+    """InputError unless something listens at a host:port address. Ray retries a cluster it
     cannot reach for minutes, logging every try, and then ends the process; a TCP connection
-    refused or timed out says it at once. Other forms ("auto", "ray://...") are Ray's."""
-    host, _, port = address.rpartition(":")
-    if "://" in address or not host or not port.isdigit():
+    refused or timed out says it at once. "auto", "local" and "ray://..." are Ray's."""
+    if address in (None, "auto", "local") or address.startswith("ray://"):
         return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"Ray address {address!r}: give host:port, auto or ray://host:port")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()  # [::1]
     except OSError as error:

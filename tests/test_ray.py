@@ -280,25 +280,44 @@ def _closed_port() -> str:
     [
         (_closed_port, r"no Ray cluster answers at 127\.0\.0\.1:\d+: Connection refused"),
         ("[::1]:1", r"no Ray cluster answers at \[::1\]:1: \w"),
-        ("garbage::", "Ray cannot join the cluster at 'garbage::': Invalid address format"),
-        ("http://x", "Ray cannot join the cluster at 'http://x': Invalid Ray address"),
+        ("garbage::", "Ray address 'garbage::': give host:port, auto or ray://host:port"),
+        ("http://x", "Ray address 'http://x': give host:port"),
         ("", "the Ray address is empty"),
+        (None, r"no Ray cluster answers at 127\.0\.0\.1:\d+: Connection refused"),  # RAY_ADDRESS
     ],
 )
 def test_an_address_ray_cannot_join_is_one_line_at_once(tmp_path, address, message):
     """Ray retried a closed port for minutes (and ended the process), and raised a
-    traceback on an address it could not parse."""
+    traceback on an address it could not parse; the output directory is left untouched."""
     address = address() if callable(address) else address
+    environment = {**os.environ, "RAY_ADDRESS": _closed_port()}
     (tmp_path / "c.txt").write_text("a b c\n")
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "npbert.cli", "embed", "--input", tmp_path / "c.txt",
-         "--out", tmp_path / "r", "--model", _minilm(), "--engine", "ray", "--address", address],
-        capture_output=True, text=True, check=False, timeout=120,
+         "--out", tmp_path / "r", "--model", _minilm(), "--engine", "ray",
+         *(() if address is None else ("--address", address))],
+        capture_output=True, text=True, check=False, timeout=120, env=environment,
     )  # fmt: skip
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert re.search(message, result.stderr), result.stderr
     assert time.monotonic() - start < 60
+    assert not (tmp_path / "r").exists()
+
+
+def test_ray_address_alone_joins_its_cluster(cluster, corpus, tmp_path):
+    """With RAY_ADDRESS and no --address, npbert asked Ray for this machine's CPUs, which
+    Ray refuses when joining a cluster."""
+    directory, _ = corpus
+    result = subprocess.run(
+        [sys.executable, "-m", "npbert.cli", "embed", "--input", directory / "c.jsonl",
+         "--out", tmp_path / "r", "--model", _minilm(), "--engine", "ray", "--quiet",
+         "--shard-bytes", "8000", "--workers", "2"],
+        capture_output=True, text=True, check=False, timeout=240,
+        env={**os.environ, "RAY_ADDRESS": cluster},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert_same_corpus(tmp_path / "r", directory / "local")
 
 
 def test_a_dataset_without_text_is_an_input_error(cluster, minilm_dir):
