@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert import fast
-from npbert.atomic import is_temporary, write_atomically
+from npbert.atomic import is_temporary, unlocked, write_atomically
 from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count, check_flag
@@ -137,6 +137,8 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
         raise InputError("the output directory is empty: give a directory for the shards")
     directory = Path(directory)
     files = input_files(settings["input"], settings["input_format"])
+    if (directory / LOCK).exists() and not unlocked(directory / LOCK):
+        raise busy(directory)  # said first: "pass --resume" would be refused
     check_out(directory, resume)  # before writing() leaves its lock in a directory not ours
     with writing(directory):
         index = start_index(directory, settings, resume)
@@ -176,7 +178,7 @@ def writing(directory: Path):
             raise BlockingIOError
     except (BlockingIOError, FileNotFoundError):
         os.close(fd)
-        raise InputError(f"--out {directory}: another npbert run is writing it") from None
+        raise busy(directory) from None
     try:
         yield
     finally:
@@ -236,6 +238,10 @@ def check_counts(index: dict, path: Path) -> None:
             f"--resume: {path}'s counts disagree (its shards' texts and tokens do not add up "
             "to its totals and to the input consumed): give a new directory"
         )
+
+
+def busy(directory: Path) -> InputError:
+    return InputError(f"--out {directory}: another npbert run is writing it")
 
 
 def check_out(directory: Path, resume: bool) -> None:
