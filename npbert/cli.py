@@ -48,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
 def run(args) -> int:
     """The command, its errors turned into one line and an exit status."""
     try:
-        code = args.run(args)
+        with warnings.catch_warnings():
+            # NumPy's, which name a line of npbert: each command says what NaN, Inf or an
+            # overflow means in its own words (embed warns, explain notes, vectors refuses).
+            warnings.simplefilter("ignore", RuntimeWarning)
+            code = args.run(args)
         sys.stdout.flush()  # a reader that went away shows here, not at exit
         return code
     except BrokenPipeError:
@@ -636,11 +640,9 @@ def run_embed_corpus(args) -> int:
 
         embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
         trouble = float32_trouble(embedder.weights)
-        with warnings.catch_warnings():  # the workers, forked inside, inherit the filter
-            if trouble:
-                warn_float32(trouble)
-                warnings.simplefilter("ignore", RuntimeWarning)
-            index = embed_corpus(embedder, args.input, args.out, **options)
+        if trouble:
+            warn_float32(trouble)
+        index = embed_corpus(embedder, args.input, args.out, **options)
     print(
         f"embedded {index['texts']:,} texts, {index['tokens']:,} tokens, in "
         f"{len(index['shards'])} shards: {args.out}"
