@@ -632,64 +632,50 @@ def test_a_full_standard_output_is_one_line_without_a_dangling_colon():
     assert result.returncode == 2 and result.stderr == "npbert: error: No space left on device\n"
 
 
-def test_a_checkpoint_holding_inf_is_one_warning_line_not_numpys(tmp_path):
+def tiny_words(tmp_path, value, columns=slice(None)):
+    """tiny-bert with its word table's `columns` set to `value`, in tmp_path / "m"."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tensors = load_file(str(TINY / "model.safetensors"))
+    tensors["bert.embeddings.word_embeddings.weight"][:, columns] = value
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    return tmp_path / "m"
+
+
+LAYER_WARNING = "NaN, Inf or a float32 overflow in the layer: the checkpoint's tensors hold"
+
+
+@pytest.mark.parametrize(
+    ("value", "columns", "corpus_warning"),
+    [
+        (np.inf, slice(None), "the checkpoint's word_embeddings holds NaN or Inf: the"),
+        (np.nan, slice(None), "the checkpoint's word_embeddings holds NaN or Inf: the"),
+        # the variance overflows: the token embeds as beta (torch: NaN); float64 computes it
+        (1e20, 0, "the checkpoint's tables hold values up to 1e+20: the checkpoint's"),
+    ],
+)
+def test_weights_float32_cannot_compute_are_one_warning_line(tmp_path, value, columns,
+                                                             corpus_warning):  # fmt: skip
     """Shards of NaN were written with exit 0 and only NumPy's RuntimeWarning, which named a
-    line of npbert/fast.py (and showed despite --quiet)."""
-    import shutil
-
-    from safetensors.numpy import load_file, save_file
-
-    shutil.copytree(TINY, tmp_path / "m")
-    tensors = load_file(str(TINY / "model.safetensors"))
-    tensors["bert.embeddings.word_embeddings.weight"][:] = np.inf
-    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    line of npbert/fast.py (and showed despite --quiet); NaN alone (NumPy is silent on it) and
+    an overflow to beta said nothing at all."""
+    model = tiny_words(tmp_path, value, columns)
     (tmp_path / "c.txt").write_text("a b c\n")
     for argv, warning in (
-        (["x", "--out", tmp_path / "x.npy"], "NaN, Inf or a float32 overflow in the layer: the"),
-        (["--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--quiet"],
-         "the checkpoint's word_embeddings holds NaN or Inf: the checkpoint's tensors hold"),
-    ):  # fmt: skip
-        result = npbert_process("embed", *map(str, argv), "--model", str(tmp_path / "m"))
+        (["x", "--out", tmp_path / "x.npy"], LAYER_WARNING),
+        (["--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--quiet"], corpus_warning),
+    ):
+        result = npbert_process("embed", *map(str, argv), "--model", str(model))
         err = result.stderr.decode()
         assert result.returncode == 0 and err.count("\n") == 1, err
         assert err.startswith(f"npbert: warning: {warning}"), err
-    assert np.isnan(np.load(tmp_path / "x.npy")).all()
-    vectors = ["vectors", "--model", tmp_path / "m", "--out", tmp_path / "v"]
-    refused = npbert_process(*map(str, vectors))
+    assert np.isnan(np.load(tmp_path / "x.npy")).all() == (not np.isfinite(value))  # written
+
+
+def test_vectors_of_a_checkpoint_holding_inf_is_one_line(tmp_path):
+    vectors = ["vectors", "--model", tiny_words(tmp_path, np.inf), "--out", tmp_path / "v"]
+    refused = npbert_process(*map(str, vectors))  # NumPy's warning came first
     assert one_line_error(refused, "the float32 reference is not finite"), refused.stderr
-
-
-def test_weights_too_large_for_float32_are_one_warning_line(tmp_path):
-    """A word row of 1e20 overflows the variance: the token embeds as beta, silently but for
-    NumPy's RuntimeWarning (torch gives NaN); float64 computes it."""
-    import shutil
-
-    from safetensors.numpy import load_file, save_file
-
-    shutil.copytree(TINY, tmp_path / "m")
-    tensors = load_file(str(TINY / "model.safetensors"))
-    tensors["bert.embeddings.word_embeddings.weight"][:, 0] = 1e20
-    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
-    (tmp_path / "c.txt").write_text("a b c\n")
-    for argv, warning in (
-        (["x"], "NaN, Inf or a float32 overflow in the layer"),
-        (["--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--quiet"],
-         "the checkpoint's tables hold values up to 1e+20: the checkpoint's"),
-    ):  # fmt: skip
-        result = npbert_process("embed", *map(str, argv), "--model", str(tmp_path / "m"))
-        err = result.stderr.decode()
-        assert result.returncode == 0 and err.count("\n") == 1, err
-        assert err.startswith(f"npbert: warning: {warning}"), err
-
-
-def test_nan_weights_alone_are_still_one_warning_line(tmp_path):
-    import shutil
-
-    from safetensors.numpy import load_file, save_file
-
-    shutil.copytree(TINY, tmp_path / "m")
-    tensors = load_file(str(TINY / "model.safetensors"))
-    tensors["bert.embeddings.word_embeddings.weight"][:] = np.nan
-    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
-    result = npbert_process("embed", "x", "--model", str(tmp_path / "m"))
-    assert result.stderr.decode().startswith("npbert: warning: NaN, Inf or a float32 overflow")
