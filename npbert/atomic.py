@@ -100,7 +100,7 @@ def remove_stale(target: Path) -> None:
     with _locked(target.parent, fcntl.LOCK_EX):
         for name in glob.glob(f".{glob.escape(target.name)}.{MARK}*.tmp", root_dir=target.parent):
             path = target.parent / name
-            if not (is_temporary_of(path, target) and unlocked(path)):
+            if not (is_temporary_of(path, target) and _unlocked(path)):
                 continue
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
@@ -122,7 +122,7 @@ def _claim(target: Path, create) -> tuple[Path, int]:
     return temporary, fd
 
 
-def unlocked(path: Path) -> bool:
+def _unlocked(path: Path) -> bool:
     """Whether no process holds the lock on `path` (then nothing is writing it)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO would wait

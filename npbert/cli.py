@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import textwrap
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,22 +38,26 @@ def main(argv: list[str] | None = None) -> int:
     if sys.stdout is None:  # started with it closed (>&-): what the command says would be lost
         print("npbert: error: standard output is closed", file=sys.stderr)
         return 2
-    previous = signal.signal(signal.SIGINT, interrupted)
+    # Ctrl-C as Python's default has it (not ignored, as for a job started with `&` by sh),
+    # and only where signals can be set: the main thread.
+    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ours = ours and threading.current_thread() is threading.main_thread()
+    if ours:
+        signal.signal(signal.SIGINT, interrupted)
     try:
         return run(args)
     finally:
-        if signal.getsignal(signal.SIGINT) is interrupted:  # not interrupted: as it was
-            signal.signal(signal.SIGINT, previous)
+        if ours and signal.getsignal(signal.SIGINT) is interrupted:  # not interrupted
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run(args) -> int:
     """The command, its errors turned into one line and an exit status."""
     try:
-        with warnings.catch_warnings():
-            # NumPy's, which name a line of npbert: each command says what NaN, Inf or an
-            # overflow means in its own words (embed warns, explain notes, vectors refuses).
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
             code = args.run(args)
+        say_warnings(caught)  # after a command that ended well: an error says enough
         sys.stdout.flush()  # a reader that went away shows here, not at exit
         return code
     except BrokenPipeError:
@@ -74,6 +79,16 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("npbert: interrupted", file=sys.stderr)
         return 130
+
+
+def say_warnings(caught: list) -> None:
+    """NumPy's RuntimeWarnings (NaN or Inf met, float32 overflowed), which name a line of
+    npbert, as one line that says what they mean for the output; other warnings as they are."""
+    numpy_said = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    for other in (w for w in caught if w not in numpy_said):
+        warnings.showwarning(other.message, other.category, other.filename, other.lineno)
+    if numpy_said:
+        warn_float32("NaN, Inf or a float32 overflow in the layer")
 
 
 def interrupted(signum, frame) -> None:
@@ -491,21 +506,16 @@ def run_embed(args) -> int:
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
     inputs = read_inputs(args)
     positional, keywords = inputs.embed_args()
-    with warnings.catch_warnings(record=True) as caught:  # NumPy's, naming lines of npbert
-        warnings.simplefilter("always", RuntimeWarning)
-        if args.stages:
-            outputs = embed_stages(*positional, **keywords, project=args.project)  # "projected"
-        else:
-            outputs = {"embeddings": embed(*positional, **keywords)}
-            if args.project and inputs.weights.config.projection == "after":
-                outputs["projected"] = apply_projection(inputs.weights, outputs["embeddings"])
+    if args.stages:
+        outputs = embed_stages(*positional, **keywords, project=args.project)  # "projected" last
+    else:
+        outputs = {"embeddings": embed(*positional, **keywords)}
+        if args.project and inputs.weights.config.projection == "after":
+            outputs["projected"] = apply_projection(inputs.weights, outputs["embeddings"])
     # What the first encoder layer receives: under its own name, as compare reads it back.
     output = "projected" if "projected" in outputs else "embeddings"
-    numpy_said = [w for w in caught if issubclass(w.category, RuntimeWarning)]
-    for other in (w for w in caught if w not in numpy_said):
-        warnings.showwarning(other.message, other.category, other.filename, other.lineno)
-    if numpy_said or not np.isfinite(outputs[output]).all():  # NaN spreads without warning
-        warn_float32("NaN, Inf or a float32 overflow in the layer")
+    if not np.isfinite(outputs[output]).all():  # NaN spreads without a warning from NumPy
+        warnings.warn("NaN or Inf in the output", RuntimeWarning, stacklevel=1)  # say_warnings
     if args.out is not None:
         arrays = {**outputs, **inputs.arrays}
         return save(args.out, output, arrays, metadata(inputs.weights, **inputs.meta))
@@ -527,10 +537,11 @@ def warn_float32(what: str) -> None:
 
 def float32_trouble(weights) -> str | None:
     """What in these weights keeps float32 from computing every token, or None: NaN or Inf,
-    or values so large that a row's sum of squares, at most E (2 S)^2 with S the largest
-    word, type and position values summed, or gamma times a normalized value (at most
-    sqrt(E)) may overflow. A pass over the tensors (their min and max): for corpora, not for
-    a few texts, whose output is checked instead."""
+    or values so large that something may overflow: a row's sum of squares, at most
+    E (2 S)^2, with S the largest word (BigBird's scale included), type and position values
+    summed (for DeBERTa's projection inside, E S max|W| over H), or gamma times a normalized
+    value (at most sqrt(E)) plus beta. A pass over the tensors (min and max): for corpora,
+    not for a few texts, whose output and NumPy's warnings are checked instead."""
     largest = {}
     for field in dataclasses.fields(weights):
         array = getattr(weights, field.name)
@@ -539,11 +550,17 @@ def float32_trouble(weights) -> str | None:
             if not math.isfinite(low + high):
                 return f"the checkpoint's {field.name} holds NaN or Inf"
             largest[field.name] = max(-low, high)
+    config = weights.config
     width = weights.word_embeddings.shape[1]  # E
-    rows = sum(v for name, v in largest.items() if name.endswith("_embeddings"))  # S
-    gamma = largest.get("layer_norm_weight", 1.0) * math.sqrt(width)
-    if max(width * (2 * rows) ** 2, gamma) > float(np.finfo(np.float32).max):
-        return f"the checkpoint's tables hold values up to {max(largest.values()):.3g}"
+    rows = largest["word_embeddings"] * config.word_scale + sum(  # S
+        largest.get(name, 0.0) for name in ("token_type_embeddings", "position_embeddings")
+    )
+    if config.projection == "inside":  # normalized after E -> H
+        rows *= width * largest["projection_weight"]
+        width = weights.projection_weight.shape[0]  # H
+    scaled = largest["layer_norm_weight"] * math.sqrt(width) + largest.get("layer_norm_bias", 0)
+    if max(width * (2 * rows) ** 2, scaled) > float(np.finfo(np.float32).max):
+        return f"the checkpoint's tensors hold values up to {max(largest.values()):.3g}"
     return None
 
 
@@ -642,6 +659,7 @@ def run_embed_corpus(args) -> int:
         trouble = float32_trouble(embedder.weights)
         if trouble:
             warn_float32(trouble)
+            warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
         index = embed_corpus(embedder, args.input, args.out, **options)
     print(
         f"embedded {index['texts']:,} texts, {index['tokens']:,} tokens, in "

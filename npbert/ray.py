@@ -298,7 +298,8 @@ def connect(ray, address: str | None) -> bool:
     joining = cluster_address(address)
     try:
         ray.init(
-            address=address,
+            # "local" starts one here even where `ray start` left a cluster to join
+            address=joining or "local",
             num_cpus=None if joining else fast.cpus(),  # a cluster's own, when joining one
             include_dashboard=False,
             log_to_driver=False,  # the actors' logs stay in the cluster's log files
@@ -319,17 +320,18 @@ def cluster_address(address: str | None) -> str | None:
     None to start one on this machine."""
     if address in (None, "auto"):
         return os.environ.get("RAY_ADDRESS") or address
-    return address
+    return None if address == "local" else address
 
 
 def check_address(address: str | None) -> None:
     """InputError unless something listens at a host:port address. Ray retries a cluster it
     cannot reach for minutes, logging every try, and then ends the process; a TCP connection
-    refused or timed out says it at once. "auto", "local" and "ray://..." are Ray's."""
-    if address in (None, "auto", "local") or address.startswith("ray://"):
+    refused or timed out says it at once. "auto" and "scheme://..." (but http) are Ray's."""
+    web = address is not None and address.startswith(("http://", "https://"))  # Ray refuses
+    if address in (None, "auto") or ("://" in address and not web):  # ray://, a plugin's
         return
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
+    if web or not host or not port.isdigit():
         raise InputError(f"Ray address {address!r}: give host:port, auto or ray://host:port")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()  # [::1]

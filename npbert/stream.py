@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert import fast
-from npbert.atomic import is_temporary, unlocked, write_atomically
+from npbert.atomic import is_temporary, write_atomically
 from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count, check_flag
@@ -137,8 +137,6 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
         raise InputError("the output directory is empty: give a directory for the shards")
     directory = Path(directory)
     files = input_files(settings["input"], settings["input_format"])
-    if (directory / LOCK).exists() and not unlocked(directory / LOCK):
-        raise busy(directory)  # said first: "pass --resume" would be refused
     check_out(directory, resume)  # before writing() leaves its lock in a directory not ours
     with writing(directory):
         index = start_index(directory, settings, resume)
@@ -178,7 +176,7 @@ def writing(directory: Path):
             raise BlockingIOError
     except (BlockingIOError, FileNotFoundError):
         os.close(fd)
-        raise busy(directory) from None
+        raise InputError(f"--out {directory}: another npbert run is writing it") from None
     try:
         yield
     finally:
@@ -240,19 +238,17 @@ def check_counts(index: dict, path: Path) -> None:
         )
 
 
-def busy(directory: Path) -> InputError:
-    return InputError(f"--out {directory}: another npbert run is writing it")
-
-
 def check_out(directory: Path, resume: bool) -> None:
     """InputError unless `directory` is absent, empty, or with --resume an npbert corpus."""
     if directory.exists() and not directory.is_dir():
         raise InputError(f"--out {directory} is a file, not a directory")
     present = [p for p in directory.iterdir() if p.name != LOCK] if directory.exists() else []
     if present and not resume:
+        held = (directory / LOCK).exists()  # a run is writing it, or was killed
+        running = " (once it has ended, if it is still running)" if held else ""
         raise InputError(
             f"--out {directory} exists and is not empty: pass --resume to continue the run "
-            "that wrote it, or give a new directory"
+            f"that wrote it{running}, or give a new directory"
         )
     others = [path.name for path in present if not is_pending(path)]
     if resume and not (directory / INDEX).exists() and others:

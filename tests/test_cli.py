@@ -654,7 +654,7 @@ LAYER_WARNING = "NaN, Inf or a float32 overflow in the layer: the checkpoint's t
         (np.inf, slice(None), "the checkpoint's word_embeddings holds NaN or Inf: the"),
         (np.nan, slice(None), "the checkpoint's word_embeddings holds NaN or Inf: the"),
         # the variance overflows: the token embeds as beta (torch: NaN); float64 computes it
-        (1e20, 0, "the checkpoint's tables hold values up to 1e+20: the checkpoint's"),
+        (1e20, 0, "the checkpoint's tensors hold values up to 1e+20: the checkpoint's"),
     ],
 )
 def test_weights_float32_cannot_compute_are_one_warning_line(tmp_path, value, columns,
@@ -679,3 +679,51 @@ def test_vectors_of_a_checkpoint_holding_inf_is_one_line(tmp_path):
     vectors = ["vectors", "--model", tiny_words(tmp_path, np.inf), "--out", tmp_path / "v"]
     refused = npbert_process(*map(str, vectors))  # NumPy's warning came first
     assert one_line_error(refused, "the float32 reference is not finite"), refused.stderr
+
+
+@pytest.mark.parametrize("command", [["explain", "a b c"], ["vectors", "--out", "v"]])
+def test_an_overflow_in_explain_or_vectors_is_one_warning_line(tmp_path, command):
+    """Finite output (beta) that float32 got wrong: no NaN for their own checks to catch."""
+    model = tiny_words(tmp_path, 1e20, 0)
+    result = npbert_process(*command, "--model", str(model), cwd=tmp_path)
+    err = result.stderr.decode()
+    assert result.returncode == 0 and err.count("\n") == 1, err
+    assert err.startswith(f"npbert: warning: {LAYER_WARNING}"), err
+
+
+@pytest.mark.parametrize(
+    ("name", "change"),
+    [
+        ("tiny-big-bird", {"word_embeddings": 1e18}),  # times sqrt(H) when looked up
+        ("tiny-deberta-v2", {"projection_weight": 1e19}),  # projected before normalizing
+        ("tiny-bert", {"layer_norm_weight": 1e37, "layer_norm_bias": 3e38}),
+    ],
+)
+def test_float32_trouble_counts_every_step_that_scales(name, change):
+    """Each of these passed the bound, and a corpus of them was written wrong, unwarned."""
+    import dataclasses
+
+    from npbert.cli import float32_trouble
+
+    weights = npbert.load_weights(DATA / name)
+    assert float32_trouble(weights) is None
+    arrays = {key: np.full_like(getattr(weights, key), value) for key, value in change.items()}
+    assert "hold values up to" in float32_trouble(dataclasses.replace(weights, **arrays))
+
+
+def test_ctrl_c_ignored_by_the_parent_stays_ignored_and_main_runs_in_a_thread(capsys):
+    import signal
+    import threading
+
+    argv = ["embed", "x", "--model", str(TINY)]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as sh leaves a job run with &
+    try:
+        assert main(argv) == 0 and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert main(argv) == 0 and signal.getsignal(signal.SIGINT) is previous
+    codes = []  # signals can be set only in the main thread: main() elsewhere sets none
+    worker = threading.Thread(target=lambda: codes.append(main(argv)))
+    worker.start()
+    worker.join(60)
+    assert codes == [0]

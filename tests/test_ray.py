@@ -305,6 +305,38 @@ def test_an_address_ray_cannot_join_is_one_line_at_once(tmp_path, address, messa
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize(
+    ("address", "environment", "joins", "cpus"),
+    [
+        (None, {}, "local", True),  # one started here, even beside a `ray start` cluster
+        ("local", {}, "local", True),
+        (None, {"RAY_ADDRESS": "h:1"}, "h:1", False),  # a cluster's own CPUs
+        ("auto", {"RAY_ADDRESS": "h:1"}, "h:1", False),
+        ("auto", {}, "auto", False),
+        ("anyscale://x", {}, "anyscale://x", False),  # a client plugin's scheme: Ray's to read
+    ],
+)
+def test_connect_asks_ray_for_the_cluster_it_means(monkeypatch, address, environment, joins,
+                                                   cpus):  # fmt: skip
+    """With no address Ray joined a cluster `ray start` had left, and was then refused
+    num_cpus; the address check is before any file is written, so it is left to Ray here."""
+    from npbert import ray as engine
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    asked = {}
+
+    class Ray:
+        is_initialized = staticmethod(lambda: False)
+        init = staticmethod(lambda **kwargs: asked.update(kwargs))
+
+    if "://" in str(address):
+        engine.check_address(address)  # not refused: Ray's to read (no connection tried)
+    assert engine.connect(Ray, address)
+    assert asked["address"] == joins and (asked["num_cpus"] is not None) == cpus
+
+
 def test_ray_address_alone_joins_its_cluster(cluster, corpus, tmp_path):
     """With RAY_ADDRESS and no --address, npbert asked Ray for this machine's CPUs, which
     Ray refuses when joining a cluster."""
