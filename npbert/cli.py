@@ -81,10 +81,19 @@ def run(args) -> int:
         return 130
 
 
+# Where the layer is computed: NumPy's warnings from these lines are about the weights.
+LAYER_FILES = tuple(
+    os.path.join(os.path.dirname(__file__), name) for name in ("embedding.py", "fast.py", "cli.py")
+)
+
+
 def say_warnings(caught: list) -> None:
-    """NumPy's RuntimeWarnings (NaN or Inf met, float32 overflowed), which name a line of
-    npbert, as one line that says what they mean for the output; other warnings as they are."""
-    numpy_said = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    """NumPy's RuntimeWarnings from the layer (NaN or Inf met, float32 overflowed), which
+    name a line of npbert, as one line that says what they mean for the output; other
+    warnings as they are."""
+    numpy_said = [
+        w for w in caught if issubclass(w.category, RuntimeWarning) and w.filename in LAYER_FILES
+    ]
     for other in (w for w in caught if w not in numpy_said):
         warnings.showwarning(other.message, other.category, other.filename, other.lineno)
     if numpy_said:
