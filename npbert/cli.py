@@ -5,7 +5,6 @@ line; a traceback is a bug.
 """
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -14,7 +13,7 @@ import sys
 import textwrap
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -552,7 +551,7 @@ def float32_trouble(weights) -> str | None:
     value (at most sqrt(E)) plus beta. A pass over the tensors (min and max): for corpora,
     not for a few texts, whose output and NumPy's warnings are checked instead."""
     largest = {}
-    for field in dataclasses.fields(weights):
+    for field in fields(weights):
         array = getattr(weights, field.name)
         if isinstance(array, np.ndarray):
             low, high = float(array.min()), float(array.max())

@@ -368,11 +368,12 @@ def tokenize(embedder: Embedder, records: list, truncation: bool) -> list:
             token_id = max(encoding.ids)
             token = embedder.tokenizer.tokenizer.id_to_token(token_id)  # (with_tokens=False)
             refuse_token(embedder, record.where, token, token_id)
+        top = max(encoding.type_ids, default=0)
         # BERT's tokenizer gives sentence B type 1, which a model of one type has no row for
-        if config.type_vocab_size == 1 and record.pair is not None and max(encoding.type_ids):
-            refuse_pair(config, record.where, max(encoding.type_ids))
-        if config.type_vocab_size and max(encoding.type_ids, default=0) >= config.type_vocab_size:
-            refuse_type(embedder, record.where, max(encoding.type_ids))
+        if config.type_vocab_size == 1 and record.pair is not None and top:
+            refuse_pair(config, record.where, top)
+        if config.type_vocab_size and top >= config.type_vocab_size:
+            refuse_type(embedder, record.where, top)
     return ordered
 
 
