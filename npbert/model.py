@@ -338,10 +338,10 @@ class Embedder:
         if self.weights.config.type_vocab_size == 1 and types.any():  # as stream.tokenize
             row = int(types.any(axis=1).argmax())
             refuse_pair(self.weights.config, f"pairs[{row}]", int(types.max()))
-        if self.weights.config.type_vocab_size and types.size:
-            past = np.argwhere(types >= self.weights.config.type_vocab_size)
-            if past.size:
-                refuse_type(self, f"texts[{past[0][0]}]", int(types[tuple(past[0])]))
+        rows = self.weights.config.type_vocab_size
+        if rows and types.size and types.max() >= rows:  # where, only when there is one
+            b, i = np.argwhere(types >= rows)[0]
+            refuse_type(self, f"texts[{b}]", int(types[b, i]))
         past = np.argwhere(padded.input_ids >= self.weights.config.vocab_size)
         if past.size:
             b, i = past[0]
