@@ -19,6 +19,7 @@ from npbert.config import (
     CONFIG_FILE,
     EmbeddingConfig,
     expected_tensors,
+    family_of,
     identify,
     make_config,
     read_config,
@@ -175,7 +176,7 @@ def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str,
     """(model_type, EmbeddingWeights field -> tensor name) for a checkpoint whose config.json
     is `raw` and whose tensors are `names`: the family's tensors, under its prefix or none."""
     model_type = identify(raw, names, where)
-    family = FAMILIES[model_type]
+    family = family_of(raw, model_type, where)
     names = set(names)
     anchor = family.tensors["word_embeddings"][0]
     prefixes = sorted(name[: -len(anchor)] for name in names if name.endswith(anchor))

@@ -97,7 +97,7 @@ def identify(raw: dict, tensor_names, where: str) -> str:
             f"{where}: model_type {model_type!r} is not supported; npbert implements "
             f"{', '.join(sorted(FAMILIES))}"
         )
-    family = FAMILIES[model_type]
+    family = family_of(raw, model_type, where)
     for key, (default, refused, why) in family.refuse.items():
         if refused(raw.get(key, default)):
             setting = f"{key}={raw[key]!r}" if key in raw else f"no {key} (default {default!r})"
@@ -109,6 +109,22 @@ def identify(raw: dict, tensor_names, where: str) -> str:
             "position embeddings only (transformers 4 skipped them for relative types)"
         )
     return model_type
+
+
+def family_of(raw: dict, model_type: str, where: str) -> Family:
+    """The row that reads this config.json: the model_type's, or its other layout's where the
+    config has that layout's key (and not both layouts' keys for the width, or InputError)."""
+    family = FAMILIES[model_type]
+    if family.other_layout is None or family.other_layout[0] not in raw:
+        return family
+    key, other = family.other_layout
+    if family.hidden_key in raw:
+        raise InputError(
+            f"{where}: {model_type} with both {key} and {family.hidden_key} is refused: its "
+            "config.json comes in two layouts, read by different code with different defaults, "
+            "and this one mixes them; keep one"
+        )
+    return other
 
 
 def legacy_bert(raw: dict, names: set, where: str) -> str:
@@ -144,7 +160,7 @@ def _bert_tensors(names: set, prefix: str) -> bool:
 
 def expected_tensors(raw: dict, model_type: str, where: str) -> list[str]:
     """The EmbeddingWeights fields this checkpoint must have, from its config."""
-    family = FAMILIES[model_type]
+    family = family_of(raw, model_type, where)
     fields = []
     for name in family.tensors:
         if name.startswith("projection"):
@@ -171,7 +187,7 @@ def make_config(
 ) -> EmbeddingConfig:
     """The layer's settings from config.json, its sizes from the tensors' `shapes` (by
     EmbeddingWeights field); every size config.json states must agree with them."""
-    family = FAMILIES[model_type]
+    family = family_of(raw, model_type, where)
     vocab_size, embedding_size = shapes["word_embeddings"]
     projected = "projection_weight" in shapes
     hidden_size = shapes["projection_weight"][0] if projected else shapes["layer_norm_weight"][0]

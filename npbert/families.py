@@ -57,6 +57,9 @@ class Family:
     sinusoid_key: str | None = None  # DistilBERT: the position table holds fixed sinusoids if true
     masks_padding: bool = False  # DeBERTa multiplies its output by attention_mask
     vocab_txt: bool = False  # its tokenizer is BERT's WordPiece, so a vocab.txt alone will do
+    # (a config.json key only another code's layout has, the row that reads that layout): the
+    # same layer, its settings under other keys with other defaults (NomicBERT's two).
+    other_layout: tuple[str, "Family"] | None = None
     # config key -> (its default where config.json is silent, a test of the value that is
     # true where the model computes something npbert does not, why)
     refuse: dict[str, tuple[object, Callable[[object], bool], str]] = field(default_factory=dict)
@@ -193,33 +196,47 @@ FAMILIES: dict[str, Family] = {
         pad_default=None,
         hidden_key="d_model",
     ),
-    "nomic_bert": Family(
-        embedding.roformer,
-        "emb_ln(W + T); positions are rotary",
-        "",
-        WORD
-        | TOKEN_TYPE
-        | {"layer_norm_weight": ("emb_ln.weight",)}
-        | {"layer_norm_bias": ("emb_ln.bias",)},
-        positions="none",
-        eps_key="layer_norm_epsilon",
-        eps_default=1e-5,  # NomicBertConfig extends GPT2Config, whose default this is
-        hidden_key="n_embd",
-        max_length_key="n_positions",
-        vocab_txt=True,
-        optional={"token_type_embeddings": ("type_vocab_size", 2)},
-        refuse={
-            "prenorm": (False, truthy, "its emb_ln is applied in the first layer, not to W + T"),
-            # NomicBertConfig's default is 0.0: a learned position table, not rotary positions
-            "rotary_emb_fraction": (
-                0.0,
-                not_positive,
-                "without rotary positions it adds a position table",
-            ),
-        },
-    ),
 }
 FAMILIES["deberta-v2"] = replace(FAMILIES["deberta"], sizes=(1536, None))
+
+# NomicBERT's config.json comes in two layouts, each read by its own code: transformers'
+# NomicBertConfig (5.x), with BERT's keys and defaults, whose classes save the tensors under
+# nomic's names (emb_ln; below "nomic_bert." with a head), and nomic's own code (contrastors),
+# a GPT-2 config, as the Hub's nomic-embed-text checkpoints have it.
+NOMIC_TRANSFORMERS = Family(
+    embedding.roformer,
+    "emb_ln(W + T); positions are rotary",
+    "nomic_bert",
+    WORD
+    | TOKEN_TYPE
+    | {"layer_norm_weight": ("emb_ln.weight", "embeddings.LayerNorm.weight")}
+    | {"layer_norm_bias": ("emb_ln.bias", "embeddings.LayerNorm.bias")},
+    positions="none",
+    vocab_txt=True,
+)
+NOMIC_CONTRASTORS = replace(
+    NOMIC_TRANSFORMERS,
+    prefix="",
+    tensors=WORD
+    | TOKEN_TYPE
+    | {"layer_norm_weight": ("emb_ln.weight",)}
+    | {"layer_norm_bias": ("emb_ln.bias",)},
+    eps_key="layer_norm_epsilon",
+    eps_default=1e-5,  # its NomicBertConfig extends GPT2Config, whose default this is
+    hidden_key="n_embd",
+    max_length_key="n_positions",
+    optional={"token_type_embeddings": ("type_vocab_size", 2)},
+    refuse={
+        "prenorm": (False, truthy, "its emb_ln is applied in the first layer, not to W + T"),
+        # its NomicBertConfig's default is 0.0: a learned position table, not rotary positions
+        "rotary_emb_fraction": (
+            0.0,
+            not_positive,
+            "without rotary positions it adds a position table",
+        ),
+    },
+)
+FAMILIES["nomic_bert"] = replace(NOMIC_TRANSFORMERS, other_layout=("n_embd", NOMIC_CONTRASTORS))
 
 # model_types that look close but compute something else: refused with the reason.
 REFUSED = {

@@ -138,6 +138,30 @@ def test_nomic_bert_with_rotary_positions_and_post_norm_loads(tmp_path):
     assert npbert.load_weights(tmp_path).config.model_type == "nomic_bert"
 
 
+NOMIC_TRANSFORMERS = TINY.parent / "tiny-nomic-bert-transformers"
+
+
+def test_nomic_bert_in_transformers_layout_has_transformers_defaults(tmp_path):
+    """transformers' NomicBertConfig: layer_norm_eps (default 1e-12, not nomic's 1e-5), and
+    nomic's own keys, which its code never reads, change nothing."""
+    shutil.copytree(NOMIC_TRANSFORMERS, tmp_path, dirs_exist_ok=True)
+    raw = json.loads((NOMIC_TRANSFORMERS / "config.json").read_text())
+    assert npbert.load_weights(tmp_path).config.layer_norm_eps == raw["layer_norm_eps"] != 1e-12
+    del raw["layer_norm_eps"]
+    silent = raw | {"rotary_emb_fraction": 0.0, "prenorm": True, "layer_norm_epsilon": 0.1}
+    (tmp_path / "config.json").write_text(json.dumps(silent))
+    config = npbert.load_weights(tmp_path).config
+    assert (config.layer_norm_eps, config.max_length) == (1e-12, raw["max_position_embeddings"])
+
+
+def test_nomic_bert_config_mixing_both_layouts_is_refused(tmp_path):
+    shutil.copytree(NOMIC, tmp_path, dirs_exist_ok=True)
+    raw = json.loads((NOMIC / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(raw | {"hidden_size": raw["n_embd"]}))
+    with pytest.raises(InputError, match=r"both n_embd and hidden_size is refused: .* two layouts"):
+        npbert.load_weights(tmp_path)
+
+
 @pytest.mark.parametrize(("name", "key"), [("modernbert", "max_position_embeddings"),
                                            ("nomic-bert", "n_positions")])  # fmt: skip
 def test_a_rotary_model_whose_limit_is_zero_is_refused(tmp_path, name, key):

@@ -1,6 +1,6 @@
 """Every family against transformers' own embeddings module, on tiny checkpoints that
-transformers wrote (scripts/make_goldens.py; NomicBERT, which transformers lacks, from torch
-modules composed as nomic's code composes them)."""
+transformers wrote (scripts/make_goldens.py; NomicBERT in nomic's own config layout, which
+transformers' class does not read, from torch modules composed as nomic's code composes them)."""
 
 import json
 import shutil
