@@ -8,9 +8,11 @@ BERT's layer, as in the paper and Hugging Face's BertEmbeddings:
 
 Every other encoder of the family varies this one line: which of the three tables it has, the
 order in which it adds them (float32 addition is not associative, so the order is kept), how
-it numbers positions, and whether a projection follows. Below: three primitives (lookup,
-layer norm, linear), the two ways positions are numbered, then one short function per formula,
-each computing what transformers' own `model.embeddings(...)` computes.
+it numbers positions, and whether a projection follows. Below: the primitives (lookup,
+LayerNorm as normalize and scale_shift, linear), the two ways positions are numbered, then one
+short function per formula, each computing what transformers' own `model.embeddings(...)`
+computes. Every family applies dropout somewhere in its layer (BigBird before the LayerNorm,
+DeBERTa after the mask, the others last); at inference it is the identity, so it is left out.
 
 All tables are learned parameters, trained with the rest of the model. BERT's position
 embeddings are not the fixed sinusoids of the original Transformer (DistilBERT's sinusoidal
@@ -86,7 +88,6 @@ def bert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> d
     summed = word + token_type + position  # (B, L, E)
     normalized = normalize(summed, w.config.layer_norm_eps)  # (B, L, E)
     embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, E)
-    # Dropout follows in every family; at inference it is the identity, so it is left out.
     return dict(word=word, token_type=token_type, position=position, sum=summed,
                 normalized=normalized, embeddings=embeddings)  # fmt: skip
 
@@ -105,7 +106,8 @@ def longformer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype
 
 def big_bird(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
     """LayerNorm((W * sqrt(H) + T) + P): BigBird, its word rows scaled by sqrt(H) when
-    rescale_embeddings is set (w.config.word_scale; 1 otherwise, which changes nothing)."""
+    rescale_embeddings is set (w.config.word_scale; 1 otherwise, which changes nothing). The
+    word stage is the row as stored; the sum holds it scaled."""
     word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, H)
     token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, H)
     position = lookup(w.position_embeddings, position_ids, dtype)  # (L, H) or (B, L, H)
@@ -149,24 +151,24 @@ def modernbert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype
 
 
 def deberta(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
-    """LayerNorm(proj(W (+ P) (+ T))) * attention_mask: DeBERTa, DeBERTa-v2 and v3. P only if
-    position_biased_input (v1), T only if type_vocab_size > 0, embed_proj (no bias) only if
+    """LayerNorm(embed_proj(W (+ P) (+ T))) * attention_mask: DeBERTa, DeBERTa-v2 and v3. P only
+    if position_biased_input, T only if type_vocab_size > 0, embed_proj (no bias) only if
     E != H; padding rows come out as zeros."""
-    stages = {"word": lookup(w.word_embeddings, input_ids, dtype)}  # (B, L, E)
-    summed = stages["word"]
-    if w.position_embeddings is not None:
-        stages["position"] = lookup(w.position_embeddings, position_ids, dtype)  # (L, E)
-        summed = summed + stages["position"]  # (B, L, E)
-    if w.token_type_embeddings is not None:
-        stages["token_type"] = lookup(w.token_type_embeddings, token_type_ids, dtype)
-        summed = summed + stages["token_type"]  # (B, L, E)
-    if len(stages) > 1:
-        stages["sum"] = summed
-    if w.projection_weight is not None:
-        summed = stages["embed_proj"] = linear(summed, w.projection_weight, None)  # (B, L, H)
-    stages["normalized"] = normalize(summed, w.config.layer_norm_eps)  # (B, L, H)
-    output = scale_shift(stages["normalized"], w.layer_norm_weight, w.layer_norm_bias)
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
+    stages, summed = {"word": word}, word
+    if w.position_embeddings is not None:  # position_biased_input
+        position = lookup(w.position_embeddings, position_ids, dtype)  # (L, E) or (B, L, E)
+        stages["position"], summed = position, summed + position  # (B, L, E)
+    if w.token_type_embeddings is not None:  # type_vocab_size > 0
+        token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, E)
+        stages["token_type"], summed = token_type, summed + token_type  # (B, L, E)
+    if summed is not word:  # a table was added to the word rows
+        stages["sum"] = summed  # (B, L, E)
+    if w.projection_weight is not None:  # E != H
+        summed = linear(summed, w.projection_weight, None)  # (B, L, H)
+        stages["embed_proj"] = summed  # (B, L, H)
+    normalized = normalize(summed, w.config.layer_norm_eps)  # (B, L, H)
+    embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, H)
     if attention_mask is not None:
-        output = output * attention_mask[..., None].astype(dtype)  # (B, L, H), padding zeroed
-    stages["embeddings"] = output
-    return stages
+        embeddings = embeddings * attention_mask[..., None].astype(dtype)  # padding zeroed
+    return stages | {"normalized": normalized, "embeddings": embeddings}  # (B, L, H) each
