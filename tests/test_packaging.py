@@ -1,8 +1,11 @@
 """What the package declares: its version, license, author, classifiers and type hints, as
 the installed distribution (built by the same backend as the wheel) reports them."""
 
+import ast
 import importlib.metadata
 import importlib.resources
+import re
+import sys
 from pathlib import Path
 
 import npbert
@@ -30,3 +33,49 @@ def test_license_file_is_the_apache_license():
 def test_package_is_typed():
     assert (importlib.resources.files("npbert") / "py.typed").is_file()
     assert "py.typed" in (ROOT / "pyproject.toml").read_text()  # shipped as package data
+
+
+# Imported only as part of the package that brings them: urllib3 where huggingface_hub's HTTP
+# client is requests (0.x; npbert.ranges), PIL for matplotlib's images (npbert.positions_plot),
+# pyarrow for Parquet input, which npbert[ray] brings (Ray Data needs it; npbert.sources).
+BROUGHT = {"urllib3": "huggingface_hub", "PIL": "matplotlib", "pyarrow": "ray"}
+OPTIONAL_MODULES = {"ray.py", "sources.py", "positions_plot.py"}  # they say which extra
+
+
+def test_every_package_npbert_imports_is_declared():
+    """Each third-party module npbert imports (anywhere, lazily too) comes from a distribution
+    the package requires: at run time, or in an extra for the modules of its optional uses."""
+    declared = {}  # distribution -> the extras that require it ("" for run time)
+    for requirement in importlib.metadata.requires("npbert"):
+        name, _, marker = requirement.partition(";")
+        extra = re.search(r"extra == ['\"]([\w-]+)['\"]", marker)
+        declared.setdefault(_normalize(re.split(r"[\[<>=!~ ]", name)[0]), set()).add(
+            extra[1] if extra else ""
+        )
+    distributions = importlib.metadata.packages_distributions()
+    for module, files in _third_party_imports().items():
+        names = {_normalize(name) for name in distributions[BROUGHT.get(module, module)]}
+        extras = set().union(*(declared.get(name, set()) for name in names))
+        assert extras, f"{module} (imported in {sorted(files)}) is not declared in pyproject.toml"
+        assert "" in extras or files <= OPTIONAL_MODULES, (module, sorted(files), extras)
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    """{top-level module: the npbert files that import it}, stdlib left out."""
+    found = {}
+    for path in (ROOT / "npbert").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module]
+            else:
+                continue
+            for top in {module.partition(".")[0] for module in modules}:
+                if top not in sys.stdlib_module_names and top != "npbert":
+                    found.setdefault(top, set()).add(path.name)
+    return found
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
