@@ -27,6 +27,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterable
@@ -670,9 +671,23 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
             "nothing was cached, try again"
         ) from None
     except OSError as error:
+        wrong_size = WRONG_SIZE.match(str(error))
+        if wrong_size:
+            announced, got, name = wrong_size.groups()
+            raise InputError(
+                f"{at}: {name.rpartition('/')[2]} came {got} bytes long, not the {announced} the "
+                "server announced; nothing was cached, try again"
+            ) from None
         if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
             raise
         raise cache_write_error(error.filename or access.cache, error.strerror) from None
+
+
+# huggingface_hub's check of a small file's download against the size the server announced:
+# a plain OSError (no errno, no class of its own) whose second line is advice for Python.
+WRONG_SIZE = re.compile(
+    r"Consistency check failed: file should be of size (\d+) but has size (\d+) \((.*)\)\."
+)
 
 
 def cache_write_error(path, reason: str) -> InputError:

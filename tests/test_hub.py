@@ -46,6 +46,10 @@ def model_info(method: str, path: str, wanted: str) -> bool:
     return path.startswith("/api/models/")
 
 
+def config_download(method: str, path: str, wanted: str) -> bool:
+    return method == "GET" and path.endswith("/config.json")
+
+
 def everything(method: str, path: str, wanted: str) -> bool:
     return True
 
@@ -487,6 +491,8 @@ def test_two_processes_fetching_at_once_both_succeed(hub, bert_base_dir):
         ("error_503", model_info, "the Hub answered 503 Service Unavailable for http"),
         ("html_200", model_info, "with what is not a Hub's model info (JSONDecodeError"),
         ("list_200", model_info, "with what is not a Hub's model info"),
+        ("html_200", config_download, "config.json came 20 bytes long, not"),
+        ("list_200", config_download, "config.json came 2 bytes long, not"),
     ],
 )
 def test_each_fault_is_a_one_line_error_in_time_and_a_rerun_is_correct(hub, kind, where, message):
