@@ -98,6 +98,12 @@ def _checked_content_range(headers, start: int, end: int, url: str) -> int:
     """The file's size from a 206's Content-Range, which must be the range asked for."""
     value = headers.get("Content-Range", "")
     match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", value.strip())
+    if match and int(match[1]) == start and int(match[2]) + 1 == int(match[3]) < end:
+        # the range cut at the file's end, as HTTP has it: the file is shorter than asked
+        raise InputError(
+            f"{url}: the file is {match[3]} bytes long, and bytes {start}-{end - 1} were "
+            "asked for: it is too short to be what its name says"
+        )
     if not match or (int(match[1]), int(match[2]) + 1) != (start, end):
         raise InputError(
             f"{url}: asked for bytes {start}-{end - 1}, the server answered Content-Range "

@@ -553,6 +553,18 @@ def test_a_served_header_is_checked_as_a_local_file_is(hub, tmp_path, case):
         npbert.load_weights(directory)
 
 
+def test_a_weights_file_too_short_for_its_header_length_is_refused_not_retried(hub, tmp_path):
+    """The server cuts the range for bytes 0-7 at the file's end (a 3-byte file), as HTTP has
+    it: that is the file, not a network fault to try again."""
+    directory = tmp_path / "short"
+    shutil.copytree(TINY, directory)
+    (directory / "model.safetensors").write_bytes(b"abc")
+    hub.add("test/short", directory)
+    error = one_line(hub.run("fetch", "test/short"))
+    assert "the file is 3 bytes long, and bytes 0-7 were asked for" in error
+    assert "try again" not in error and entries(hub, "test/short") == []
+
+
 def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
     """HF_HOME on a 2 MiB tmpfs, mounted in a mount namespace of the run's own."""
     namespace = ["unshare", "--user", "--map-root-user", "--mount"]
