@@ -101,7 +101,10 @@ def cases(embedder: Embedder) -> dict[str, dict]:
     made = {
         f"seed{i}": text(f"a well-known example sentence ({i})", [s]) for i, s in enumerate(SEEDS)
     }
-    made["pair"] = text("a question/passage pair", [QUESTION], [PASSAGE])
+    if max(tokenizer.encode(QUESTION, PASSAGE).type_ids) < max(config.type_vocab_size, 1):
+        # not where the tokenizer gives sentence B a token type past the model's table (a
+        # BERT of type_vocab_size 1): such a model takes no pairs
+        made["pair"] = text("a question/passage pair", [QUESTION], [PASSAGE])
     made["padded_batch"] = text("the example sentences, padded to the longest", SEEDS)
     length = min(config.max_length or 512, LONGEST)  # no limit: a length BERT allows
     made["longest"] = text(

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import DATA, TESTS, family_golden_names, load_golden
+from safetensors.numpy import load_file, save_file
 
 import npbert
 from npbert.families import FAMILIES
@@ -269,6 +270,20 @@ def test_vectors_follow_the_family(capsys, tmp_path, family):
     length = np.load(out / "longest" / "input_ids.npy").shape[1]
     assert length == min(weights.config.max_length or 512, LONGEST)
     assert f": {length} tokens" in longest["description"], longest["description"]
+
+
+def test_vectors_of_a_bert_of_one_token_type_leave_the_pair_out(capsys, tmp_path):
+    """BERT's tokenizer gives sentence B token type 1; a table of one row takes no pairs."""
+    shutil.copytree(DATA / "tiny-bert", tmp_path / "m")
+    tensors = load_file(tmp_path / "m" / "model.safetensors")
+    table = "bert.embeddings.token_type_embeddings.weight"
+    save_file(tensors | {table: tensors[table][:1]}, tmp_path / "m" / "model.safetensors")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config | {"type_vocab_size": 1}))
+    code, _, err = cli(capsys, "vectors", "--model", tmp_path / "m", "--out", tmp_path / "v")
+    assert code == 0, err
+    cases = json.loads((tmp_path / "v" / "manifest.json").read_text())["cases"]
+    assert "pair" not in cases and {"seed0", "padded_batch", "every_token_type"} <= set(cases)
 
 
 def test_vectors_of_a_model_allowing_millions_of_tokens_stop_at_8192(capsys, tmp_path):
