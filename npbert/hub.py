@@ -42,6 +42,7 @@ from npbert.checkpoint import (
     INDEX_FILE,
     WEIGHTS_FILE,
     embedding_tensor_names,
+    locate_checkpoint,
     no_safetensors,
     read_index,
 )
@@ -301,16 +302,20 @@ def download(repo_id: str, revision: str | None, full: bool, access: Access) -> 
         if name in files:
             _hf_download(repo_id, name, commit, access)
     config = read_config(snapshot)
+    fetched = None
     if not full:
         try:
-            return fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
+            fetched = fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
         except RangeIgnored:
             print(
                 f"npbert: the server ignored the Range request for {repo_id}; "
                 "downloading the whole weights file instead",
                 file=sys.stderr,
             )
-    return _download_whole(repo_id, revision, commit, files, snapshot, config, access)
+    if fetched is None:
+        fetched = _download_whole(repo_id, revision, commit, files, snapshot, config, access)
+    locate_checkpoint(fetched.directory)  # config.json against the tensors, as a load checks
+    return fetched
 
 
 def model_info(repo_id: str, revision: str | None, access: Access):

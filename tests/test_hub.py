@@ -542,6 +542,28 @@ def tampered_checkpoint(directory: Path, change) -> Path:
     return directory
 
 
+@pytest.mark.parametrize("full", [False, True])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"vocab_size": 88}, "vocab_size is 88, but the tensors have 87"),
+        ({"layer_norm_eps": "1e-12"}, "layer_norm_eps is '1e-12'; it must be a number"),
+        ({"hidden_size": 64}, "hidden_size is 64, but the tensors have 32"),
+    ],
+)
+def test_fetch_refuses_a_config_that_loading_would_refuse(hub, tmp_path, change, message, full):
+    """What fetch reports fetched, load_weights loads: config.json against the tensors."""
+    directory = tmp_path / "m"
+    shutil.copytree(TINY, directory)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps(config | change))
+    hub.add("test/bad-config", directory)
+    result = hub.run("fetch", "test/bad-config", *(["--full"] if full else []))
+    assert message in one_line(result)
+    with pytest.raises(npbert.InputError, match=message):
+        npbert.load_weights(directory)
+
+
 @pytest.mark.parametrize("case", sorted(TAMPERED))
 def test_a_served_header_is_checked_as_a_local_file_is(hub, tmp_path, case):
     change, message = TAMPERED[case]
