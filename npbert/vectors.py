@@ -101,7 +101,8 @@ def cases(embedder: Embedder) -> dict[str, dict]:
     made = {
         f"seed{i}": text(f"a well-known example sentence ({i})", [s]) for i, s in enumerate(SEEDS)
     }
-    if max(tokenizer.encode(QUESTION, PASSAGE).type_ids) < max(config.type_vocab_size, 1):
+    types = config.type_vocab_size  # 0: the model has no table, and the tokenizer's go unused
+    if not types or max(tokenizer.encode(QUESTION, PASSAGE).type_ids) < types:
         # not where the tokenizer gives sentence B a token type past the model's table (a
         # BERT of type_vocab_size 1): such a model takes no pairs
         made["pair"] = text("a question/passage pair", [QUESTION], [PASSAGE])

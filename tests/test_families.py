@@ -244,7 +244,15 @@ def test_compare_names_the_families_stage(capsys, tmp_path):
     assert code == 0, out
 
 
-VECTOR_FAMILIES = ["roberta", "albert", "deberta", "deberta-v2", "modernbert", "funnel"]
+VECTOR_FAMILIES = [
+    "roberta",
+    "albert",
+    "deberta",
+    "deberta-v2",
+    "modernbert",
+    "funnel",
+    "distilbert",
+]
 
 
 @pytest.mark.parametrize("family", VECTOR_FAMILIES)
@@ -266,6 +274,7 @@ def test_vectors_follow_the_family(capsys, tmp_path, family):
         reference = npbert.embed(weights, arrays["input_ids"], **kwargs, attention_mask=mask,
                                  dtype=np.float64)  # fmt: skip
         np.testing.assert_array_equal(arrays["embeddings.float64"], reference)
+    assert "pair" in manifest["cases"]  # token types of a model without a table go unused
     longest = manifest["cases"]["longest"]  # as long as it says (a layer without limit: 512)
     length = np.load(out / "longest" / "input_ids.npy").shape[1]
     assert length == min(weights.config.max_length or 512, LONGEST)
