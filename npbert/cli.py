@@ -428,7 +428,7 @@ def read_inputs(args) -> Inputs:
     if args.pair and len(args.pair) != len(args.texts):
         raise InputError(f"{len(args.texts)} TEXT arguments but {len(args.pair)} --pair")
     embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
-    encoding = embedder.encode(args.texts, args.pair, truncation=args.truncate)
+    encoding = some_tokens(embedder.encode(args.texts, args.pair, truncation=args.truncate))
     arrays = {
         "input_ids": encoding.input_ids,
         "token_type_ids": encoding.token_type_ids,
@@ -445,6 +445,17 @@ def read_inputs(args) -> Inputs:
         args.texts,
         encoding.attention_mask,
     )
+
+
+def some_tokens(encoding):
+    """The Encoding, if any of its texts has a token: a tokenizer that adds no special tokens
+    gives an empty text none, and there would be nothing to embed or explain."""
+    if encoding.input_ids.shape[-1] == 0:
+        raise InputError(
+            "no text gives a token: the tokenizer adds no special tokens, and the text is "
+            "empty or whitespace: nothing to embed"
+        )
+    return encoding
 
 
 def read_ids(args) -> Inputs:
@@ -796,7 +807,7 @@ def run_explain(args) -> int:
 
     embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
     pairs = None if args.pair is None else [args.pair]
-    encoding = embedder.encode([args.text], pairs, truncation=args.truncate)
+    encoding = some_tokens(embedder.encode([args.text], pairs, truncation=args.truncate))
     print(f"model: {embedder.weights.source.get('model')}")
     text, equal = explain(
         embedder.weights,

@@ -249,6 +249,12 @@ class Embedder:
             )
         types = encoding.token_type_ids if self.weights.config.type_vocab_size else None
         mask = encoding.attention_mask
+        if encoding.input_ids.shape[-1] == 0:
+            # Texts of no tokens (a tokenizer that adds none, given empty texts) embed to
+            # (B, 0, E), as in the corpus job; embed() refuses empty ids, more likely a bug
+            # where ids are given. One token, cut off, gives the width and dtype kwargs ask for.
+            one = np.zeros((len(encoding.input_ids), 1), np.int64)  # (B, 1)
+            return embed(self.weights, one, None if types is None else one, **kwargs)[:, :0]
         return embed(self.weights, encoding.input_ids, types, attention_mask=mask, **kwargs)
 
     def __call__(

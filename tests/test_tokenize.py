@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import no_special_tokens
 
 import npbert
 from npbert import InputError
@@ -288,6 +289,23 @@ def test_embed_each_gives_each_text_as_alone(embedder):
             for key in ("embeddings", "input_ids", "token_type_ids", "attention_mask"):
                 np.testing.assert_array_equal(getattr(output, key), getattr(alone, key))
             assert output.embeddings.base is None  # a copy: no padded batch kept alive
+
+
+def test_a_text_of_no_tokens_embeds_to_no_rows_alone_and_in_any_batch(tmp_path):
+    """With a tokenizer that adds no special tokens, an empty text has no tokens: (0, E), as
+    the corpus job gives it. Alone, and in embed_each in a batch of its own, it raised "input_ids
+    is empty"; beside a longer text it was already a row of padding."""
+    embedder = npbert.Embedder.from_pretrained(no_special_tokens(tmp_path))
+    width = embedder.weights.config.output_size
+    alone = embedder("")
+    assert alone.embeddings.shape == (0, width) and alone.embeddings.dtype == np.float32
+    assert alone.input_ids.shape == alone.attention_mask.shape == (0,) and alone.tokens == []
+    assert embedder(["", " "]).embeddings.shape == (2, 0, width)
+    for batch_size in (1, 32):
+        each = embedder.embed_each(["", "a", " "], batch_size=batch_size)
+        assert [o.embeddings.shape for o in each] == [(0, width), (1, width), (0, width)]
+        np.testing.assert_array_equal(each[1].embeddings, embedder("a").embeddings)
+    assert embedder.embed(embedder.encode([""]), dtype=np.float64).dtype == np.float64
 
 
 def test_embed_each_memory_stays_within_a_batch(embedder, monkeypatch):
