@@ -554,6 +554,15 @@ def warn_float32(what: str) -> None:
     )
 
 
+def check_float32(weights) -> None:
+    """For a corpus: one warning line, ahead of the run, if float32 cannot compute every token
+    with these weights, and none of NumPy's from the layer after it."""
+    trouble = float32_trouble(weights)
+    if trouble:
+        warn_float32(trouble)
+        warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
+
+
 def float32_trouble(weights) -> str | None:
     """What in these weights keeps float32 from computing every token, or None: NaN or Inf,
     or values so large that something may overflow: a row's sum of squares, at most
@@ -664,8 +673,12 @@ def run_embed_corpus(args) -> int:
         "progress": progress,
     }
     if args.engine == "ray":
+        from npbert.model import load_weights
         from npbert.ray import embed_corpus_on_ray
 
+        # Read here too, from memory-mapped tensors, for the warning the local job gives: the
+        # actors' own warnings reach Ray's logs, not this terminal.
+        check_float32(load_weights(args.model, revision=args.revision, full=args.full))
         index = embed_corpus_on_ray(
             args.model, args.input, args.out, revision=args.revision, full=args.full,
             address=args.address, **options,
@@ -675,10 +688,7 @@ def run_embed_corpus(args) -> int:
         from npbert.stream import embed_corpus
 
         embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
-        trouble = float32_trouble(embedder.weights)
-        if trouble:
-            warn_float32(trouble)
-            warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
+        check_float32(embedder.weights)
         index = embed_corpus(embedder, args.input, args.out, **options)
     print(
         f"embedded {index['texts']:,} texts, {index['tokens']:,} tokens, in "

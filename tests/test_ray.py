@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import ray  # the test extra installs ray[data]: these run in CI, never skipped
+from test_cli import tiny_words
 from test_stream import corpus_lines
 
 import npbert
@@ -72,6 +73,19 @@ def assert_same_corpus(a, b):
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_the_cli_warns_of_weights_float32_cannot_compute_as_the_local_job(cluster, tmp_path):
+    """The local job says so in one line before it starts; on Ray nothing reached the terminal
+    (the actors' NumPy warnings go to Ray's logs) and shards of NaN were written silently."""
+    (tmp_path / "c.txt").write_text("a b c\n")
+    model = tiny_words(tmp_path, np.inf)
+    result = ray_cli(
+        cluster, "--input", tmp_path / "c.txt", "--out", tmp_path / "r", "--model", model
+    )
+    warning = "npbert: warning: the checkpoint's word_embeddings holds NaN or Inf: the"
+    assert result.returncode == 0 and result.stderr.count(warning) == 1, result.stderr
+    assert np.isnan(next(read_corpus(tmp_path / "r"))).all()  # written, as locally
 
 
 def test_embed_dataset_equals_the_local_job(cluster, corpus, minilm_dir):
