@@ -861,6 +861,19 @@ def run_inspect(args) -> int:
     return 0
 
 
+def check_tokenizer(directory: Path) -> None:
+    """A fetched checkpoint's tokenizer files, read and held against its weights as the
+    commands that embed texts read them: what fetch reports fetched, they take. A checkpoint
+    without them (for ids alone) passes."""
+    from npbert.model import Embedder, load_weights
+
+    vocab_txt = load_weights(directory).config.family.vocab_txt
+    if (directory / "tokenizer.json").is_file() or (
+        vocab_txt and (directory / "vocab.txt").is_file()
+    ):
+        Embedder.from_pretrained(directory)
+
+
 def run_fetch(args) -> int:
     from npbert import hub
 
@@ -881,6 +894,7 @@ def run_fetch(args) -> int:
         cache_dir=args.cache_dir,
         local_files_only=args.offline,
     )
+    check_tokenizer(fetched.directory)
     if args.quiet:
         print(fetched.directory)
         return 0

@@ -564,6 +564,38 @@ def test_fetch_refuses_a_config_that_loading_would_refuse(hub, tmp_path, change,
         npbert.load_weights(directory)
 
 
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"tokenizer.json": "{"}, "tokenizer.json is not a tokenizer the tokenizers library reads"),
+        ({"vocab.txt": "[CLS]\n[SEP]\n"}, "vocab.txt lacks [UNK]: it is not a BERT vocabulary"),
+        ({"vocab.txt": "".join(f"w{i}\n" for i in range(100)) + "[CLS]\n[SEP]\n[UNK]\n"},
+         "has 103 words, more than the model's word table (87 rows)"),
+    ],
+)  # fmt: skip
+def test_fetch_refuses_tokenizer_files_embedding_texts_would_refuse(hub, tmp_path, files, message):
+    """fetch reported success, and every command given a text then refused the checkpoint."""
+    directory = tmp_path / "m"
+    shutil.copytree(TINY, directory)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    hub.add("test/bad-tokenizer", directory)
+    assert message in one_line(hub.run("fetch", "test/bad-tokenizer"))
+    with pytest.raises(npbert.InputError, match=re.escape(message)):
+        npbert.Embedder.from_pretrained(directory)
+
+
+def test_fetch_takes_a_checkpoint_without_tokenizer_files(hub, tmp_path):
+    """Ids need none: the tokenizer check is for the files a checkpoint has."""
+    directory = tmp_path / "m"
+    shutil.copytree(TINY, directory)
+    (directory / "vocab.txt").unlink()
+    hub.add("test/ids-only", directory)
+    result = hub.run("fetch", "test/ids-only", "--quiet")
+    assert result.returncode == 0, result.stderr
+    npbert.load_weights(result.stdout.strip())
+
+
 @pytest.mark.parametrize("case", sorted(TAMPERED))
 def test_a_served_header_is_checked_as_a_local_file_is(hub, tmp_path, case):
     change, message = TAMPERED[case]
