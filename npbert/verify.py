@@ -68,7 +68,7 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
             f"(stages: {', '.join(STAGES)}; inputs ignored: {', '.join(INPUTS)})"
         )
     return {
-        key: _as_float(f"candidate {path}", key, arrays[key]) for key in STAGES if key in arrays
+        key: _numeric(f"candidate {path}", key, arrays[key]) for key in STAGES if key in arrays
     }
 
 
@@ -103,7 +103,7 @@ def _load_safetensors(path: Path) -> dict:
     arrays = {}
     with safe_open(str(path), "numpy") as file:
         for name, info in tensors.items():
-            if not info.shape:  # memory-mapped, it would fail: say it as _as_float does
+            if not info.shape:  # memory-mapped, it would fail: say it as _numeric does
                 raise InputError(f"candidate {path}: '{name}' is a scalar, not an array")
             if info.dtype in STORED:
                 arrays[name] = read_tensor(describe(path, name, data_start, tensors))
@@ -122,14 +122,15 @@ def _first_line(error: Exception) -> str:
     return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
-def _as_float(where: str, key: str, value) -> np.ndarray:
+def _numeric(where: str, key: str, value) -> np.ndarray:
+    """value as an array of integers or floats, in its own dtype (widened to float64 by
+    checked_candidate, where its shape fits)."""
     if isinstance(value, np.ndarray) and value.dtype.kind == "c":
         raise InputError(f"{where}: '{key}' is complex; embeddings are real numbers")
     try:
         array = np.asarray(value)  # as it is: float64 would parse strings and dates as numbers
         if array.dtype.kind not in "iuf":
             raise TypeError(array.dtype)
-        array = array.astype(np.float64, copy=False)  # compare() checks it again: no copy
     except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
         raise InputError(f"{where}: '{key}' is not a numeric array") from None
     if array.ndim == 0:
@@ -295,8 +296,9 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
 
 
 def checked_candidate(candidate, reference64: dict) -> dict:
-    """The candidate's stages as float64 arrays, its inputs (what npbert embed --out writes
-    beside them) left out, as load_candidate leaves them; or InputError."""
+    """The candidate's stages as numeric arrays, float64 where their shape fits the
+    reference's, its inputs (what npbert embed --out writes beside them) left out, as
+    load_candidate leaves them; or InputError."""
     if not isinstance(candidate, dict) or not all(isinstance(k, str) for k in candidate):
         raise InputError("the candidate must be a dict of stage names (str) to arrays")
     candidate = {key: value for key, value in candidate.items() if key not in INPUTS}
@@ -310,7 +312,16 @@ def checked_candidate(candidate, reference64: dict) -> dict:
             f"the candidate has {', '.join(unknown)}, which this family does not compute "
             f"(its stages: {', '.join(reference64)})"
         )
-    return {key: _as_float("the candidate", key, value) for key, value in candidate.items()}
+    arrays = {key: _numeric("the candidate", key, value) for key, value in candidate.items()}
+    return {key: _widened(key, array, reference64[key]) for key, array in arrays.items()}
+
+
+def _widened(name: str, array: np.ndarray, reference64: np.ndarray) -> np.ndarray:
+    """The array as float64 if its shape fits the reference's; else as it is, to be reported
+    by its shape (a large candidate of the wrong shape is not copied to be told so)."""
+    if _align(name, array, reference64)[0] is None:
+        return array
+    return array.astype(np.float64, copy=False)
 
 
 PROJECTED_AS_EMBEDDINGS = (

@@ -348,6 +348,22 @@ def test_shapes_that_merely_broadcast_fail(tmp_path, capsys, tiny_reference, res
     }
 
 
+def test_a_large_candidate_of_the_wrong_shape_is_not_widened_to_be_told_so(tmp_path, capsys):
+    """It was copied to float64 before its shape was looked at: a 1 GB .npy took 3.2 GB."""
+    import tracemalloc  # NumPy reports its arrays' memory to it
+
+    candidate = np.zeros((64, 4, 32 * 1024), np.float32)  # 32 MiB, for (1, 4, 32)
+    np.save(tmp_path / "c.npy", candidate)
+    tracemalloc.start()
+    try:
+        code, out, _ = compare_text(capsys, tmp_path / "c.npy", "--json")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 1 and json.loads(out)["stages"]["embeddings"]["ok"] is False
+    assert peak < 1.5 * candidate.nbytes, f"{peak / candidate.nbytes:.2f}x the candidate"
+
+
 def _refuse(constant):
     raise AssertionError(f"not standard JSON: {constant}")
 
