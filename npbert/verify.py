@@ -67,9 +67,7 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
             f"candidate {path}: {', '.join(map(repr, unknown))} is not a stage npbert knows "
             f"(stages: {', '.join(STAGES)}; inputs ignored: {', '.join(INPUTS)})"
         )
-    return {
-        key: _numeric(f"candidate {path}", key, arrays[key]) for key in STAGES if key in arrays
-    }
+    return {key: _numeric(f"candidate {path}", key, arrays[key]) for key in STAGES if key in arrays}
 
 
 def _load_other(path: Path, suffix: str) -> dict:
