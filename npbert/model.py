@@ -235,7 +235,8 @@ class Embedder:
         """Tokenize a batch: npbert.tokenize.Encoding with (B, L) arrays, padded to the
         longest text (a single text is a batch of one). Arguments as __call__."""
         texts, pairs = _batch(texts, pairs)
-        return self._pad(self._tokenize(texts, pairs, truncation, max_length))
+        encodings = self._tokenize(texts, pairs, truncation, max_length)
+        return self._pad(encodings, range(len(encodings)))
 
     def embed(self, encoding, **kwargs) -> np.ndarray:
         """embed() of an Encoding: its token types where the family has a table, its mask."""
@@ -320,7 +321,7 @@ class Embedder:
         with tqdm(total=len(encodings), unit="text", disable=not show_progress_bar) as bar:
             for start in range(0, len(order), batch_size):
                 members = order[start : start + batch_size]
-                batch = self._pad([encodings[i] for i in members])
+                batch = self._pad([encodings[i] for i in members], members)
                 embeddings = self.embed(batch)  # (batch, longest, E)
                 for row, i in enumerate(members):
                     outputs[i] = _unpadded(batch, embeddings, row)
@@ -336,24 +337,32 @@ class Embedder:
             limit = max_length if limit is None else min(max_length, limit)
         return self.tokenizer.encode_batch(texts, pairs, max_length=limit, truncation=truncation)
 
-    def _pad(self, encodings: list):
+    def _pad(self, encodings: list, indices):
         """The Encodings padded to their longest; an id past the word table means the
-        tokenizer is not the checkpoint's (it would otherwise be blamed on input_ids)."""
+        tokenizer is not the checkpoint's (it would otherwise be blamed on input_ids).
+        indices: the caller's index of each encoding, for errors."""
         padded = self.tokenizer.pad(encodings)
         types = padded.token_type_ids  # (B, L); only a model of one type can lack a pair's
         if self.weights.config.type_vocab_size == 1 and types.any():  # as stream.tokenize
-            row = int(types.any(axis=1).argmax())
-            refuse_pair(self.weights.config, f"pairs[{row}]", int(types.max()))
+            b, i = np.argwhere(types)[0]
+            refuse_pair(self.weights.config, _where(encodings, indices, b, i), int(types[b, i]))
         rows = self.weights.config.type_vocab_size
         if rows and types.size and types.max() >= rows:  # where, only when there is one
             b, i = np.argwhere(types >= rows)[0]
-            refuse_type(self, f"texts[{b}]", int(types[b, i]))
+            refuse_type(self, _where(encodings, indices, b, i), int(types[b, i]))
         past = np.argwhere(padded.input_ids >= self.weights.config.vocab_size)
         if past.size:
             b, i = past[0]
-            where = f"texts[{b}]"
+            where = _where(encodings, indices, b, i)
             refuse_token(self, where, padded.tokens[b][i], int(padded.input_ids[b, i]))
         return padded
+
+
+def _where(encodings: list, indices, row: int, token: int) -> str:
+    """Where token `token` of padded row `row` comes from, as the caller gave it: "pairs[3]"
+    for a pair's token, else "texts[3]" (special tokens included)."""
+    sequence = encodings[row].sequence_ids[token]  # 0, 1, or None for a special token
+    return f"{'pairs' if sequence == 1 else 'texts'}[{indices[row]}]"
 
 
 def refuse_type(embedder: Embedder, where: str, token_type: int) -> None:

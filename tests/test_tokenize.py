@@ -418,12 +418,35 @@ def test_a_pair_on_a_model_of_one_token_type_is_refused_by_what_it_is(tmp_path):
     message = "the tokenizer gives sentence B token type 1, but this bert has 1 token type(s)"
     with pytest.raises(npbert.InputError, match=re.escape(f"pairs[0]: {message}")):
         embedder(["who"], ["me"])
+    with pytest.raises(npbert.InputError, match=re.escape(f"pairs[1]: {message}")):
+        embedder.embed_each(["a b c d e f", "who"], ["a", "me"], batch_size=1)  # "who" first
     (tmp_path / "c.jsonl").write_text('{"text": "a"}\n{"text": "who", "pair": "me"}\n')
     with pytest.raises(npbert.InputError, match=re.escape(f"c.jsonl line 2: {message}")):
         embed_corpus(embedder, tmp_path / "c.jsonl", tmp_path / "o")
     roberta = npbert.Embedder.from_pretrained(DATA / "tiny-roberta")  # one type, pairs all 0
     assert roberta.weights.config.type_vocab_size == 1
     assert not roberta("who", "me").token_type_ids.any()
+
+
+def test_errors_name_the_callers_text_or_pair_in_any_batch(tmp_path):
+    """embed_each sorts texts by length: an error named the text's row in its sorted batch
+    (texts[1] for texts[2]), and a pair's token was blamed on its text."""
+    from conftest import TINY
+    from tokenizers import BertWordPieceTokenizer
+
+    shutil.copytree(TINY, tmp_path / "m")
+    library = BertWordPieceTokenizer(str(TINY / "vocab.txt"), lowercase=True)
+    library.add_tokens(["zzznew"])  # id 87, past tiny-bert's 87 rows
+    library.save(str(tmp_path / "m" / "tokenizer.json"))
+    embedder = npbert.Embedder.from_pretrained(tmp_path / "m")
+    message = "gives the token 'zzznew' the id 87, past the model's word table (87 rows)"
+    for batch_size in (1, 2, 32):
+        with pytest.raises(InputError, match=r"^texts\[2\]: .*" + re.escape(message)):
+            embedder.embed_each(["i am i am i am", "am", "i am zzznew"], batch_size=batch_size)
+        with pytest.raises(InputError, match=r"^pairs\[1\]: "):
+            embedder.embed_each(["i am i am", "am"], ["am", "i zzznew"], batch_size=batch_size)
+    with pytest.raises(InputError, match=r"^pairs\[0\]: "):
+        embedder(["i am", "i am"], ["i zzznew", "am"])
 
 
 @pytest.mark.parametrize("name", ["tiny-bert", "tiny-roberta"])  # vocab.txt, tokenizer.json
