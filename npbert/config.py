@@ -103,10 +103,12 @@ def identify(raw: dict, tensor_names, where: str) -> str:
             setting = f"{key}={raw[key]!r}" if key in raw else f"no {key} (default {default!r})"
             raise InputError(f"{where}: {model_type} with {setting} is refused: {why}")
     kind = raw.get("position_embedding_type", "absolute")
-    if kind != "absolute":
+    if kind != "absolute" and family.positions != "none":  # rotary families have no table
         raise InputError(
-            f"{where}: position_embedding_type is {kind!r}; npbert implements learned absolute "
-            "position embeddings only (transformers 4 skipped them for relative types)"
+            f"{where}: position_embedding_type is {kind!r}, refused: transformers 4 left the "
+            "position table out of the layer for relative types, transformers 5 adds it (it "
+            "reads no such key), so which layer the checkpoint was trained with is not known; "
+            "npbert implements learned absolute positions"
         )
     return model_type
 

@@ -91,7 +91,11 @@ def test_config_that_is_not_an_object_is_refused(tmp_path, config, message):
         ({"model_type": "mobilebert"}, "refused: MobileBERT embeds trigrams"),
         ({"model_type": "ernie", "use_task_id": True}, "ernie with use_task_id=True is refused"),
         ({"model_type": "ernie", "use_task_id": 1}, "ernie with use_task_id=1 is refused"),
-        ({"position_embedding_type": "relative_key"}, "position_embedding_type is 'relative_key'"),
+        (
+            {"position_embedding_type": "relative_key"},
+            "position_embedding_type is 'relative_key', refused: transformers 4 left the position "
+            "table out of the layer for relative types, transformers 5 adds it",
+        ),
     ],
 )
 def test_bad_config_fields_are_refused_by_name(tmp_path, changes, message):
@@ -208,6 +212,20 @@ def test_without_model_type_what_could_be_another_family_is_refused(
     checkpoint(tmp_path, {"model_type": None, **changes}, rename=rename)
     with pytest.raises(InputError, match=re.escape(message)):
         npbert.load_weights(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["tiny-roformer", "tiny-modernbert"])
+def test_a_relative_position_type_is_no_reason_to_refuse_a_layer_without_positions(tmp_path, name):
+    """Refused "(transformers 4 skipped them for relative types)": there is no table to skip."""
+    from conftest import DATA
+
+    shutil.copytree(DATA / name, tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    config["position_embedding_type"] = "relative_key"
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    ids = np.array([[1, 2, 3]])
+    expected = npbert.embed(npbert.load_weights(DATA / name), ids)
+    np.testing.assert_array_equal(npbert.embed(npbert.load_weights(tmp_path / "m"), ids), expected)
 
 
 def test_without_model_type_bert_is_checked_as_bert_is(tmp_path):
