@@ -261,7 +261,8 @@ def add_compare(commands) -> None:
         type=path,
         metavar="CANDIDATE",
         help="the output to check: .npy (the embeddings), .npz or .safetensors (embeddings or "
-        "projected, and any stages: word, token_type, position, sum, normalized), or .json",
+        "projected, and any stages: word, token_type, position, sum, embed_proj, normalized), "
+        "or .json",
     )
     add_inputs(compare)
     compare.add_argument(

@@ -273,10 +273,10 @@ def layer_norm_eps(raw: dict, family: Family, where: str) -> float:
             f"{where}: {family.eps_key} is {eps!r}; it must be a number between 0 and 1 "
             "(1e-12 for BERT)"
         )
-    if eps < FLOAT32_TINIEST:  # 0 in float32: a row of equal values would give 0 / 0
+    if eps < FLOAT32_TINIEST:  # 0 or not itself in float32: equal values would give 0 / 0
         raise InputError(
-            f"{where}: {family.eps_key} is {eps!r}, which float32 rounds to 0: it must be at "
-            f"least {FLOAT32_TINIEST:.3g}, float32's smallest positive number (1e-12 for BERT)"
+            f"{where}: {family.eps_key} is {eps!r}, below float32's smallest positive number: "
+            f"it must be at least {FLOAT32_TINIEST:.3g} (1e-12 for BERT)"
         )
     return float(eps)
 

@@ -48,9 +48,10 @@ def normalize(x: np.ndarray, eps: float) -> np.ndarray:
 
 
 def scale_shift(normalized: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """LayerNorm's learned per-dimension scale (gamma) and shift (beta, absent in ModernBERT)."""
+    """LayerNorm's learned per-dimension scale (gamma) and shift (beta; None in ModernBERT
+    without norm_bias)."""
     scaled = normalized * weight.astype(normalized.dtype)  # (..., E)
-    return scaled if bias is None else scaled + bias.astype(normalized.dtype)
+    return scaled if bias is None else scaled + bias.astype(normalized.dtype)  # (..., E)
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -143,7 +144,7 @@ def roformer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) 
 
 def modernbert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
     """LayerNorm(W), neither positions (rotary) nor token types: ModernBERT (its LayerNorm
-    without a bias), Funnel."""
+    without a bias unless norm_bias), Funnel."""
     word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, H)
     normalized = normalize(word, w.config.layer_norm_eps)  # (B, L, H)
     embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, H)
@@ -155,7 +156,7 @@ def deberta(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -
     if position_biased_input, T only if type_vocab_size > 0, embed_proj (no bias) only if
     E != H; padding rows come out as zeros."""
     word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
-    stages, summed = {"word": word}, word
+    stages, summed = {"word": word}, word  # summed: (B, L, E)
     if w.position_embeddings is not None:  # position_biased_input
         position = lookup(w.position_embeddings, position_ids, dtype)  # (L, E) or (B, L, E)
         stages["position"], summed = position, summed + position  # (B, L, E)

@@ -107,6 +107,7 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
 
 
 DROPOUT = "Dropout: the identity at inference, so this is the layer's output."
+DROPOUT_INSIDE = "Dropout, before the LayerNorm here: the identity at inference."
 
 
 def explain(
@@ -150,8 +151,8 @@ def explain(
     steps = []  # (title, rows or None): the stages, and dropout where the module applies it
     for name, matrix in stages.items():
         steps.append((titles[name], matrix))
-        if name == "embeddings":
-            steps.append((DROPOUT, None))
+        if name == config.family.dropout_after:
+            steps.append((DROPOUT if name == "embeddings" else DROPOUT_INSIDE, None))
     for step, (title, matrix) in enumerate(steps, start=2):
         lines += ["", *_rows(f"{step}. {title}", labels, matrix)]
     lines += [

@@ -56,6 +56,7 @@ class Family:
     rescale_key: str | None = None  # BigBird: scale the word rows by sqrt(H) when this is true
     sinusoid_key: str | None = None  # DistilBERT: the position table holds fixed sinusoids if true
     masks_padding: bool = False  # DeBERTa multiplies its output by attention_mask
+    dropout_after: str = "embeddings"  # the stage dropout follows (BigBird: before LayerNorm)
     vocab_txt: bool = False  # its tokenizer is BERT's WordPiece, so a vocab.txt alone will do
     # (a config.json key only another code's layout has, the row that reads that layout): the
     # same layer, its settings under other keys with other defaults (NomicBERT's two).
@@ -109,6 +110,7 @@ FAMILIES: dict[str, Family] = {
         "bert",
         BERT,
         rescale_key="rescale_embeddings",
+        dropout_after="sum",
     ),
     "distilbert": Family(
         embedding.distilbert,

@@ -98,6 +98,14 @@ def test_explain_puts_dropout_before_a_projection_after_the_layer(capsys):
     assert code == 0 and steps[-2:] == [("8", "Dropout"), ("9", "Projection")]
 
 
+def test_explain_puts_big_birds_dropout_before_its_layer_norm(capsys):
+    """As BigBirdEmbeddings applies it: it came last, "so this is the layer's output"."""
+    code, stdout, _ = run(capsys, "explain", "a b", "--model", str(DATA / "tiny-big-bird"))
+    steps = [word for _, word in re.findall(r"^(\d+)\. (\w+)", stdout, re.MULTILINE)]
+    assert code == 0 and steps[-4:] == ["Sum", "Dropout", "LayerNorm", "LayerNorm"]
+    assert "layer's output" not in stdout
+
+
 def test_explain_walks_through_and_checks(capsys, minilm_dir):
     code, stdout, _ = run(capsys, "explain", "I am Sinan", "--model", minilm_dir)
     assert code == 0

@@ -40,11 +40,12 @@ def test_layer_norm_eps_must_be_a_small_positive_number(tmp_path, eps):
         npbert.load_weights(tmp_path)
 
 
-@pytest.mark.parametrize("eps", [1e-46, 2.0**-151, 5e-324])
-def test_layer_norm_eps_that_float32_rounds_to_0_is_refused(tmp_path, eps):
-    assert np.float32(eps) == 0
+@pytest.mark.parametrize("eps", [1e-45, 1e-46, 2.0**-151, 5e-324])
+def test_layer_norm_eps_below_float32s_smallest_number_is_refused(tmp_path, eps):
+    """Refused "which float32 rounds to 0", untrue of 1e-45 (1.4e-45 in float32)."""
     checkpoint(tmp_path, {"layer_norm_eps": eps})
-    with pytest.raises(InputError, match=r"layer_norm_eps is .*, which float32 rounds to 0"):
+    message = r"layer_norm_eps is .*, below float32's smallest positive number: .* 1.4e-45"
+    with pytest.raises(InputError, match=message):
         npbert.load_weights(tmp_path)
 
 
