@@ -260,7 +260,14 @@ class RayEngine:
             return self.embedded(ray.data.from_items(items), cpus)
 
     def embedded(self, dataset, cpus: float):
+        from npbert.stream import WORKERS_PER_CORE
+
         workers = self.workers or max(1, int(cpus))
+        if workers > WORKERS_PER_CORE * cpus:  # as the local engine: each actor is a process
+            raise InputError(
+                f"workers={workers}: more than {WORKERS_PER_CORE} actors for each of the "
+                f"cluster's {cpus:g} CPUs; more run no faster, and each holds its own memory"
+            )
         return dataset.map_batches(
             EmbedChunks,
             fn_constructor_kwargs={

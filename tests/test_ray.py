@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import ray  # the test extra installs ray[data]: these run in CI, never skipped
+from conftest import TINY
 from test_cli import tiny_words
 from test_stream import corpus_lines
 
@@ -86,6 +87,23 @@ def test_the_cli_warns_of_weights_float32_cannot_compute_as_the_local_job(cluste
     warning = "npbert: warning: the checkpoint's word_embeddings holds NaN or Inf: the"
     assert result.returncode == 0 and result.stderr.count(warning) == 1, result.stderr
     assert np.isnan(next(read_corpus(tmp_path / "r"))).all()  # written, as locally
+
+
+def test_the_cli_refuses_more_actors_than_the_local_engine_would_workers(cluster, tmp_path):
+    """--workers had no bound on Ray: 40 on two CPUs started 43 processes (4.8 GB) and Ray's
+    own warnings; from 151 up each actor was given 0 CPUs, so any number would start."""
+    (tmp_path / "c.txt").write_text("a b c\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "npbert.cli", "embed", "--input", str(tmp_path / "c.txt"),
+         "--out", str(tmp_path / "r"), "--model", str(TINY), "--engine", "ray",
+         "--address", cluster, "--workers", "9", "--quiet"],
+        capture_output=True, text=True, check=False, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "npbert: error: workers=9: more than 4 actors for each of the cluster's 2 CPUs; more run "
+        "no faster, and each holds its own memory\n"
+    )
 
 
 def test_embed_dataset_equals_the_local_job(cluster, corpus, minilm_dir):
