@@ -70,8 +70,8 @@ Engine = Callable[[Path, Iterator[tuple[str, Chunk]]], Iterator[tuple[str, Chunk
 def check_settings(dtype, truncation) -> bool:
     """A corpus job's output dtype and truncation flag, on either engine, or InputError;
     returns the flag as a bool (JSON has no NumPy bool)."""
-    if dtype not in DTYPES:
-        raise InputError(f"dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
+    if not isinstance(dtype, str) or dtype not in DTYPES:  # np.dtype("float16") == "float16"
+        raise InputError(f"dtype must be the name {' or '.join(map(repr, DTYPES))}, got {dtype!r}")
     return check_flag("truncation", truncation)
 
 

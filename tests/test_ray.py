@@ -433,7 +433,7 @@ def test_embed_refuses_a_batch_it_would_misread(batch, message):
     [
         ({"cpus_per_actor": 0}, "cpus_per_actor must be a number above 0, got 0"),
         ({"cpus_per_actor": float("nan")}, "cpus_per_actor must be a number above 0"),
-        ({"dtype": "float64"}, "dtype must be float32 or float16, got 'float64'"),
+        ({"dtype": "float64"}, "dtype must be the name 'float32' or 'float16', got 'float64'"),
         ({"batch_size": 0}, "batch_size must be a whole number of at least 1, got 0"),
         ({"actors": 0}, "actors must be a whole number of at least 1, got 0"),
         ({"truncation": "no"}, "truncation must be True or False, got 'no'"),

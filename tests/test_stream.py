@@ -1062,7 +1062,9 @@ def test_parquet_text_that_is_not_utf8_names_the_row(tmp_path):
     ("options", "message"),
     [
         ({"truncation": "no"}, "truncation must be True or False, got 'no'"),
-        ({"dtype": "float64"}, "dtype must be float32 or float16, got 'float64'"),
+        ({"dtype": "float64"}, "dtype must be the name 'float32' or 'float16', got 'float64'"),
+        # equal to "float16", it passed, and the index could not be written as JSON
+        ({"dtype": np.dtype("float16")}, r"dtype must be the name .*, got dtype\('float16'\)"),
     ],
 )
 def test_the_local_job_checks_its_settings_as_ray_does(tmp_path, embedder, options, message):
