@@ -555,13 +555,21 @@ def warn_float32(what: str) -> None:
     )
 
 
-def check_float32(weights) -> None:
+def check_float32(weights, dtype: str) -> None:
     """For a corpus: one warning line, ahead of the run, if float32 cannot compute every token
-    with these weights, and none of NumPy's from the layer after it."""
+    with these weights, and none of NumPy's from the layer after it; and one if the outputs
+    may exceed float16's range, where the shards are float16."""
     trouble = float32_trouble(weights)
     if trouble:
         warn_float32(trouble)
         warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
+    largest = largest_output(weights)
+    if dtype == "float16" and largest > float(np.finfo(np.float16).max):
+        print(
+            f"npbert: warning: this checkpoint's outputs may reach {largest:.3g}, past float16's "
+            "largest number (65504): those values are written as Inf; use --dtype float32",
+            file=sys.stderr,
+        )
 
 
 def float32_trouble(weights) -> str | None:
@@ -587,10 +595,18 @@ def float32_trouble(weights) -> str | None:
     if config.projection == "inside":  # normalized after E -> H
         rows *= width * largest["projection_weight"]
         width = weights.projection_weight.shape[0]  # H
-    scaled = largest["layer_norm_weight"] * math.sqrt(width) + largest.get("layer_norm_bias", 0)
+    scaled = largest_output(weights)
     if max(width * (2 * rows) ** 2, scaled) > float(np.finfo(np.float32).max):
         return f"the checkpoint's tensors hold values up to {max(largest.values()):.3g}"
     return None
+
+
+def largest_output(weights) -> float:
+    """The largest |value| the layer can output: gamma times a normalized value (at most
+    sqrt(width) for rows of width values), plus beta."""
+    width = weights.layer_norm_weight.shape[0]
+    bias = 0.0 if weights.layer_norm_bias is None else float(np.abs(weights.layer_norm_bias).max())
+    return float(np.abs(weights.layer_norm_weight).max()) * math.sqrt(width) + bias
 
 
 # The corpus options, and what each is when not given: given without --input, refused.
@@ -679,7 +695,8 @@ def run_embed_corpus(args) -> int:
 
         # Read here too, from memory-mapped tensors, for the warning the local job gives: the
         # actors' own warnings reach Ray's logs, not this terminal.
-        check_float32(load_weights(args.model, revision=args.revision, full=args.full))
+        weights = load_weights(args.model, revision=args.revision, full=args.full)
+        check_float32(weights, args.dtype)
         index = embed_corpus_on_ray(
             args.model, args.input, args.out, revision=args.revision, full=args.full,
             address=args.address, **options,
@@ -689,7 +706,7 @@ def run_embed_corpus(args) -> int:
         from npbert.stream import embed_corpus
 
         embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
-        check_float32(embedder.weights)
+        check_float32(embedder.weights, args.dtype)
         index = embed_corpus(embedder, args.input, args.out, **options)
     print(
         f"embedded {index['texts']:,} texts, {index['tokens']:,} tokens, in "

@@ -13,6 +13,7 @@ from conftest import DATA, TINY, no_special_tokens
 
 import npbert
 from npbert.cli import main
+from npbert.stream import read_corpus
 
 SEEDS = ["The quick brown fox jumps over the lazy dog", "I am Sinan", "this is a test sentence"]
 
@@ -684,6 +685,29 @@ def test_weights_float32_cannot_compute_are_one_warning_line(tmp_path, value, co
         assert result.returncode == 0 and err.count("\n") == 1, err
         assert err.startswith(f"npbert: warning: {warning}"), err
     assert np.isnan(np.load(tmp_path / "x.npy")).all() == (not np.isfinite(value))  # written
+
+
+def test_float16_shards_warn_of_outputs_past_float16s_range(tmp_path):
+    """Values past 65504 were written as Inf with exit 0 and no word (gamma 1e5 here: rows of
+    32 reach 5.7e5); float32 shards of the same are finite and need no warning."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tensors = load_file(str(TINY / "model.safetensors"))
+    tensors["bert.embeddings.LayerNorm.gamma"][:] = 1e5
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    (tmp_path / "c.txt").write_text("a b c\n")
+    warning = "npbert: warning: this checkpoint's outputs may reach 5.66e+05, past float16's"
+    for dtype, warned in (("float16", True), ("float32", False)):
+        out = tmp_path / dtype
+        argv = ["--input", tmp_path / "c.txt", "--out", out, "--dtype", dtype, "--quiet"]
+        result = npbert_process("embed", *map(str, argv), "--model", str(tmp_path / "m"))
+        err = result.stderr.decode()
+        assert result.returncode == 0 and err.startswith(warning) == warned, err
+        assert err.count("\n") == warned
+        assert np.isinf(next(read_corpus(out))).any() == warned
 
 
 def test_vectors_of_a_checkpoint_holding_inf_is_one_line(tmp_path):
