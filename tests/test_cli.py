@@ -644,15 +644,16 @@ def test_a_full_standard_output_is_one_line_without_a_dangling_colon():
     assert result.returncode == 2 and result.stderr == "npbert: error: No space left on device\n"
 
 
-def tiny_words(tmp_path, value, columns=slice(None)):
-    """tiny-bert with its word table's `columns` set to `value`, in tmp_path / "m"."""
+def tiny_words(tmp_path, value, columns=slice(None), tensor="word_embeddings.weight"):
+    """tiny-bert with its word table's `columns` (or another embeddings tensor's) set to
+    `value`, in tmp_path / "m"."""
     import shutil
 
     from safetensors.numpy import load_file, save_file
 
     shutil.copytree(TINY, tmp_path / "m")
     tensors = load_file(str(TINY / "model.safetensors"))
-    tensors["bert.embeddings.word_embeddings.weight"][:, columns] = value
+    tensors[f"bert.embeddings.{tensor}"][..., columns] = value
     save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
     return tmp_path / "m"
 
@@ -690,20 +691,13 @@ def test_weights_float32_cannot_compute_are_one_warning_line(tmp_path, value, co
 def test_float16_shards_warn_of_outputs_past_float16s_range(tmp_path):
     """Values past 65504 were written as Inf with exit 0 and no word (gamma 1e5 here: rows of
     32 reach 5.7e5); float32 shards of the same are finite and need no warning."""
-    import shutil
-
-    from safetensors.numpy import load_file, save_file
-
-    shutil.copytree(TINY, tmp_path / "m")
-    tensors = load_file(str(TINY / "model.safetensors"))
-    tensors["bert.embeddings.LayerNorm.gamma"][:] = 1e5
-    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    model = tiny_words(tmp_path, 1e5, tensor="LayerNorm.gamma")
     (tmp_path / "c.txt").write_text("a b c\n")
     warning = "npbert: warning: this checkpoint's outputs may reach 5.66e+05, past float16's"
     for dtype, warned in (("float16", True), ("float32", False)):
         out = tmp_path / dtype
         argv = ["--input", tmp_path / "c.txt", "--out", out, "--dtype", dtype, "--quiet"]
-        result = npbert_process("embed", *map(str, argv), "--model", str(tmp_path / "m"))
+        result = npbert_process("embed", *map(str, argv), "--model", str(model))
         err = result.stderr.decode()
         assert result.returncode == 0 and err.startswith(warning) == warned, err
         assert err.count("\n") == warned
