@@ -97,7 +97,11 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
             f"--input {source}: {files[0].suffix or 'no'} extension; name it .txt, .jsonl or "
             ".parquet, or give its format (--input-format)"
         )
-    return [(str(p), input_format or _format(p)) for p in files]
+    files = [(str(p), input_format or _format(p)) for p in files]
+    for name, kind in files:  # a Parquet file's columns are checked before any output
+        if kind == "parquet":
+            _parquet_file(name)
+    return files
 
 
 def _format(path: Path) -> str | None:
@@ -261,7 +265,9 @@ def _parquet_file(path: str):
                 "which one to read is not clear"
             )
         kind = schema.field(name).type
-        strings = getattr(kind, "value_type", kind)  # pandas' categoricals: a dictionary
+        # pandas' categoricals: a dictionary of strings (a list of strings, whose value_type
+        # is string too, holds no text)
+        strings = kind.value_type if str(kind).startswith("dictionary<") else kind
         if str(strings) not in ("string", "large_string", "string_view"):
             raise InputError(f"{Path(path).name}: column '{name}' holds {kind}, not strings")
     return file, columns

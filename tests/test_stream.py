@@ -882,6 +882,27 @@ def test_parquet_without_a_text_column(tmp_path, minilm_dir):
     )
 
 
+@pytest.mark.parametrize(
+    ("column", "values", "kind"),
+    [
+        ("text", [1, 2], "int64"),
+        ("text", [["a"], ["b"]], "list<element: string>"),  # value_type string, not a string
+        ("pair", [["a"], ["b"]], "list<element: string>"),
+    ],
+)
+def test_parquet_column_of_no_strings_is_refused_at_start(tmp_path, column, values, kind):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = {"text": ["a", "b"], column: values}
+    pq.write_table(pa.table(table), tmp_path / "c.parquet")
+    result = _run(tmp_path / "c.parquet", tmp_path / "o", TINY)
+    assert result.returncode == 2, result.stderr
+    error = f"c.parquet: column '{column}' holds {kind}, not strings"
+    assert result.stderr == f"npbert: error: {error}\n"
+    assert not (tmp_path / "o").exists()
+
+
 def test_every_family_streams_what_it_embeds_alone(tmp_path):
     from npbert.stream import embed_corpus
 
