@@ -53,7 +53,9 @@ FORMAT = "npbert corpus embeddings, version 4"  # 3: file names and formats hash
 # Settings kept for the record, not compared by --resume: where the checkpoint and the input
 # were. Whether they are the same is told by the checkpoint's digest and the input's hash, so
 # a path spelled another way (./a.txt) still resumes, and a checkpoint changed in place does not.
-RECORDED = ("model", "input")
+# Recorded, not compared: paths may change; the formats files are read in are in the input's
+# hash (Consumed), so --input-format txt on a .txt file continues a run that did not give it.
+RECORDED = ("model", "input", "input_format")
 SHARD_FILES = {  # array -> file name suffix
     "embeddings": "",
     "lengths": ".lengths",

@@ -564,6 +564,21 @@ def test_resume_takes_the_same_checkpoint_and_input_under_other_paths(tmp_path, 
     assert "embedded 2 texts" in resumed.stdout
 
 
+def test_resume_takes_the_format_given_or_read_from_the_extension_alike(tmp_path, minilm_dir):
+    source = tmp_path / "in.txt"
+    source.write_text('{"text": "One text"}\n')
+    assert _run(source, tmp_path / "o", minilm_dir).returncode == 0
+    with source.open("a") as f:
+        f.write('{"text": "Another"}\n')
+    resumed = _run(source, tmp_path / "o", minilm_dir, "--input-format", "txt", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "embedded 2 texts" in resumed.stdout
+    as_json = _run(source, tmp_path / "o", minilm_dir, "--input-format", "jsonl", "--resume")
+    assert as_json.returncode == 2 and "the input has changed since its first 2 texts" in (
+        as_json.stderr
+    )
+
+
 def test_resume_refuses_a_run_of_another_corpus_format_by_name(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("one\ntwo\n")
