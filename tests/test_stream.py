@@ -316,6 +316,8 @@ def test_resume_refuses_a_run_with_other_settings(tmp_path, minilm_dir):
     [
         ("c.jsonl", '{"text": "ok"}\n{"text": 3}\n', [], "c.jsonl line 2: expected an object"),
         ("c.jsonl", '{"text": "ok"}\n{oops\n', [], "c.jsonl line 2: not valid JSON"),
+        ("c.jsonl", '{"text": "a", "text": "b"}\n', [], "c.jsonl line 1: 'text' is given more"),
+        ("c.jsonl", '{"text": "a", "pair": "b", "pair": "c"}\n', [], "line 1: 'pair' is given"),
         ("c.jsonl", '{"text": "ok", "id": ' + "9" * 5000 + "}\n", [], "c.jsonl line 1: not valid"),
         ("c.txt", "short\n" + "word " * 600 + "\n", [], "c.txt line 2 has 602 tokens"),
         ("c.txt", "x\n", ["embed", "x"], "--input embeds a whole file"),
