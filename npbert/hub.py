@@ -55,7 +55,7 @@ from npbert.header import (
     read_file_header,
     require_floats,
 )
-from npbert.inputs import check_flag
+from npbert.inputs import check_flag, check_path
 from npbert.ranges import RangeIgnored, get_range, network_errors
 
 EMBEDDINGS_DIR = "npbert-embeddings"  # in a snapshot; no Hub repo is expected to have one
@@ -115,7 +115,7 @@ class Fetched:
 
 
 def resolve(
-    model: str,
+    model: str | os.PathLike,
     *,
     revision: str | None = None,
     full: bool = False,
@@ -126,7 +126,8 @@ def resolve(
     """(directory holding config.json, tokenizer and weights, source metadata)."""
     full = check_flag("full", full)
     local_files_only = check_flag("local_files_only", local_files_only)
-    if not str(model):  # Path("") is the current directory
+    model = check_path("model", model)
+    if not model:  # Path("") is the current directory
         raise InputError("the model is empty: give a checkpoint directory or a Hub repo id")
     path = Path(model).expanduser()
     if path.is_dir():

@@ -6,6 +6,7 @@ is checked first. Each check raises InputError naming the value and where it is,
 """
 
 import operator
+import os
 import sys
 from typing import NamedTuple
 
@@ -44,6 +45,15 @@ def check_flag(name: str, value) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise InputError(f"{name} must be True or False, got {value!r}")
     return bool(value)
+
+
+def check_path(name: str, value) -> str:
+    """A path given as a str or an os.PathLike of one, as a str, or InputError (os.fspath's
+    TypeError would not say which argument it was)."""
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(path, str):
+        raise InputError(f"{name} must be a path (a str or os.PathLike), got {value!r}")
+    return path
 
 
 def indexed(name: str, index: tuple) -> str:

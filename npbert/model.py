@@ -24,7 +24,7 @@ def resolve(
     """
     from npbert import hub
 
-    return hub.resolve(os.fspath(model), revision=revision, full=full, **hub_options)
+    return hub.resolve(model, revision=revision, full=full, **hub_options)
 
 
 def load_weights(

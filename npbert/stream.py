@@ -41,7 +41,7 @@ from npbert import fast
 from npbert.atomic import is_temporary, write_atomically
 from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError, WorkerLost
-from npbert.inputs import check_count, check_flag
+from npbert.inputs import check_count, check_flag, check_path
 from npbert.model import Embedder, refuse_pair, refuse_token, refuse_type
 from npbert.npyfile import check_header, load_npy, regular_file
 from npbert.progress import Progress, check_mode
@@ -87,7 +87,7 @@ def corpus_settings(embedder, source, input_format, shard_bytes, truncation, dty
         "model": weights.source,
         "checkpoint": checkpoint_digest(embedder),
         "hidden_size": weights.config.output_size,
-        "input": os.fspath(source),
+        "input": check_path("source", source),
         "input_format": input_format,
         "shard_bytes": shard_bytes,
         "truncation": truncation,
@@ -135,7 +135,7 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
     input order, the index rewritten after each."""
     resume = check_flag("resume", resume)
     check_mode(progress)
-    if not os.fspath(directory):  # Path("") is the current directory
+    if not check_path("directory", directory):  # Path("") is the current directory
         raise InputError("the output directory is empty: give a directory for the shards")
     directory = Path(directory)
     files = input_files(settings["input"], settings["input_format"])
@@ -530,7 +530,7 @@ def read_corpus(directory: str | os.PathLike, *, partial: bool = False) -> Itera
     """Every text's embeddings, (L_i, E) in the run's dtype, in input order, memory-mapped,
     from a run of either engine. A run that has not completed (stopped, or still going) is
     refused unless partial=True, which reads the texts its shards hold so far."""
-    directory = Path(directory)
+    directory = Path(check_path("directory", directory))
     index = read_index(directory, "read_corpus")
     if not check_flag("partial", partial) and index.get("complete") is not True:
         raise InputError(

@@ -1168,6 +1168,23 @@ def test_an_empty_output_directory_is_refused_not_taken_as_the_current_one(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
 
 
+@pytest.mark.parametrize("argument", ["source", "directory", "read_corpus", "model"])
+def test_a_path_argument_that_is_not_a_path_is_named(tmp_path, embedder, argument):
+    from npbert.stream import embed_corpus
+
+    (tmp_path / "c.txt").write_text("one\n")
+    calls = {
+        "source": lambda: embed_corpus(embedder, None, tmp_path / "o"),
+        "directory": lambda: embed_corpus(embedder, tmp_path / "c.txt", 3),
+        "read_corpus": lambda: next(read_corpus(None)),
+        "model": lambda: npbert.load_weights(None),
+    }
+    name = {"read_corpus": "directory"}.get(argument, argument)
+    with pytest.raises(npbert.InputError, match=f"^{name} must be a path .*, got (None|3)$"):
+        calls[argument]()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
+
+
 def test_workers_past_a_few_per_core_are_refused_before_any_fork(tmp_path, embedder, monkeypatch):
     from npbert import fast, stream
 
