@@ -12,6 +12,7 @@ from npbert.checkpoint import EmbeddingWeights
 from npbert.errors import InputError
 from npbert.inputs import prepare_inputs
 from npbert.model import embed, embed_stages
+from npbert.positions import sinusoidal_table
 
 SHOWN = 3  # values shown at each end of a row, as torch prints tensors
 
@@ -47,12 +48,30 @@ def _rows(title: str, labels: list[str], matrix: np.ndarray | None, limit: int =
     return lines
 
 
+# float32 holds a sinusoid to 6e-8: a stored table within this of the formula is its sinusoids.
+SINUSOID_MATCH = 1e-6
+
+
+def _sinusoids_text(table: np.ndarray) -> str:
+    """What the stored position table (P, E) is, for a config that calls it fixed sinusoids:
+    transformers uses the table as stored, whatever it holds."""
+    gap = float(np.abs(table - sinusoidal_table(*table.shape)).max())
+    if gap <= SINUSOID_MATCH:
+        return (
+            "Fixed sinusoids, as in the original Transformer, stored as a table and not trained "
+            f"(sinusoidal_pos_embds; the stored table is the sinusoids to {gap:.1e})."
+        )
+    return (
+        "sinusoidal_pos_embds calls them fixed sinusoids, but the stored table differs from "
+        f"the sinusoids by up to {gap:.3g}; the layer adds it as stored, as transformers does."
+    )
+
+
 def _positions_text(weights: EmbeddingWeights, position_ids: np.ndarray) -> str:
     config = weights.config
     shape = weights.position_embeddings.shape
     learned = (
-        "Fixed sinusoids, as in the original Transformer, stored as a table and not trained "
-        "(sinusoidal_pos_embds)."
+        _sinusoids_text(weights.position_embeddings)
         if config.sinusoidal
         else "Learned in pre-training like the token table, not the fixed sinusoids of the "
         "original Transformer."

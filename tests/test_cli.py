@@ -4,11 +4,13 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import safetensors.numpy
 from conftest import DATA, TINY, no_special_tokens
 
 import npbert
@@ -91,6 +93,19 @@ def test_explain_says_whether_positions_are_learned(capsys, model, positions):
     code, stdout, _ = run(capsys, "explain", "a b", "--model", str(DATA / model))
     assert code == 0
     assert re.search(r"^3\. Position embeddings: .*" + positions, stdout, re.MULTILINE)
+
+
+def test_explain_says_a_sinusoidal_config_whose_table_is_not_sinusoids(capsys, tmp_path):
+    """The flag alone named the table fixed sinusoids "not trained"; transformers uses the
+    stored table, whatever it holds."""
+    shutil.copytree(DATA / "tiny-distilbert-sinusoidal", tmp_path / "m")
+    tensors = safetensors.numpy.load_file(tmp_path / "m" / "model.safetensors")
+    name = next(k for k in tensors if k.endswith("position_embeddings.weight"))
+    tensors[name][3, 1] += 0.5
+    safetensors.numpy.save_file(tensors, tmp_path / "m" / "model.safetensors")
+    code, stdout, _ = run(capsys, "explain", "a b", "--model", str(tmp_path / "m"))
+    assert code == 0 and "Fixed sinusoids" not in stdout
+    assert "the stored table differs from the sinusoids by up to 0.5;" in stdout
 
 
 def test_explain_puts_dropout_before_a_projection_after_the_layer(capsys):
