@@ -257,9 +257,9 @@ class RayEngine:
         cpus = ray.cluster_resources().get("CPU", 1)
         with warnings.catch_warnings():  # max_restarts will become a named parameter
             warnings.filterwarnings("ignore", "`ray_remote_args` is deprecated")
-            return self.embedded(ray.data.from_items(items), cpus)
+            return self.embedded(ray.data.from_items(items), cpus, len(items))
 
-    def embedded(self, dataset, cpus: float):
+    def embedded(self, dataset, cpus: float, chunks: int):
         from npbert.stream import WORKERS_PER_CORE
 
         workers = self.workers or max(1, int(cpus))
@@ -268,6 +268,9 @@ class RayEngine:
                 f"workers={workers}: more than {WORKERS_PER_CORE} actors for each of the "
                 f"cluster's {cpus:g} CPUs; more run no faster, and each holds its own memory"
             )
+        # No more actors than chunks: from_items gives each chunk its block (up to 200), and
+        # an actor more than the blocks would load the model for nothing, and Ray Data warns
+        workers = min(workers, chunks)
         return dataset.map_batches(
             EmbedChunks,
             fn_constructor_kwargs={
