@@ -219,13 +219,21 @@ class RayEngine:
         self.address = address
 
     def __call__(self, directory: Path, named):
+        ray = _ray(local=self.address is None)
+        started = None
+        try:
+            for items in windows(named, WINDOW_BYTES):
+                if started is None:
+                    started = connect(ray, self.address)
+                yield from self.window(ray, directory, items)
+        finally:
+            if started:
+                ray.shutdown()
+
+    def window(self, ray, directory: Path, items: list[dict]):
+        """The shards of `items` (name, chunk), in input order, from one Dataset."""
         from npbert.stream import out_of_memory, write_pending
 
-        ray = _ray(local=self.address is None)
-        items = [{"name": name, "chunk": chunk} for name, chunk in named]
-        if not items:
-            return
-        started = connect(ray, self.address)
         done = 0  # shards come back in input order: items[done] is the next
         try:
             batches = self.dataset(ray, items).iter_batches(batch_size=1, batch_format="numpy")
@@ -246,9 +254,6 @@ class RayEngine:
                 f"of memory?) and the run stopped{where}: the shards before it are kept; run "
                 "again with --resume"
             ) from None
-        finally:
-            if started:
-                ray.shutdown()
 
     def dataset(self, ray, items: list[dict]):
         context = ray.data.DataContext.get_current()
@@ -289,6 +294,28 @@ class RayEngine:
             # store, as Ray Data's do, make Ray print an error-level warning on every run.)
             max_restarts=0,
         )
+
+
+# Bytes of standard input a Dataset carries at most. A file's chunks are byte ranges that the
+# actors read, and all go in one Dataset; stdin cannot be read twice, so its chunks carry
+# their bytes, and the driver held all of it (and copies: 751 MB peak for 120 MB) before
+# the first shard. Each window starts its actors anew: a few seconds, against about a minute
+# of embedding 64 MiB of text on two actors.
+WINDOW_BYTES = 64 << 20
+
+
+def windows(named, limit: int):
+    """(name, chunk) pairs as lists of {"name", "chunk"} items, each ending once its chunks
+    carry `limit` bytes of data (the input's chunks, lazily: one window in memory at once)."""
+    items, size = [], 0
+    for name, chunk in named:
+        items.append({"name": name, "chunk": chunk})
+        size += len(chunk.data or b"")
+        if size >= limit:
+            yield items
+            items, size = [], 0
+    if items:
+        yield items
 
 
 def actor_cpus(cpus: float, workers: int) -> float:

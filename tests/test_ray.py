@@ -371,6 +371,36 @@ def test_connect_asks_ray_for_the_cluster_it_means(monkeypatch, address, environ
     assert asked["address"] == joins and (asked["num_cpus"] is not None) == cpus
 
 
+def test_standard_input_goes_to_ray_in_windows_with_the_local_output(
+    cluster, corpus, tmp_path, monkeypatch
+):
+    """Standard input's chunks carry their bytes: the driver held all of them before the
+    first shard. In windows of WINDOW_BYTES, the shards are those of one run."""
+    import npbert.ray
+
+    directory, _ = corpus
+    sizes = []
+    dataset = npbert.ray.RayEngine.dataset
+    monkeypatch.setattr(npbert.ray, "WINDOW_BYTES", 100_000)
+    monkeypatch.setattr(
+        npbert.ray.RayEngine, "dataset", lambda s, ray, items: sizes.append(len(items))
+        or dataset(s, ray, items),
+    )  # fmt: skip
+    with (directory / "c.jsonl").open("rb") as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        index = npbert.ray.embed_corpus_on_ray(
+            _minilm(), "-", tmp_path / "r", address=cluster, workers=2,
+            input_format="jsonl", shard_bytes=8000,
+        )  # fmt: skip
+    embedder = npbert.Embedder.from_pretrained(_minilm())
+    with (directory / "c.jsonl").open("rb") as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        local = embed_corpus(embedder, "-", tmp_path / "l", input_format="jsonl", shard_bytes=8000)
+    assert len(sizes) > 2 and sum(sizes) == len(index["shards"]) == len(local["shards"])
+    assert index["consumed"] == local["consumed"]
+    assert_same_corpus(tmp_path / "r", tmp_path / "l")
+
+
 def test_ray_address_alone_joins_its_cluster(cluster, corpus, tmp_path):
     """With RAY_ADDRESS and no --address, npbert asked Ray for this machine's CPUs, which
     Ray refuses when joining a cluster."""
