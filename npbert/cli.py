@@ -21,7 +21,7 @@ import numpy as np
 from npbert import __version__
 from npbert.errors import InputError, WorkerLost
 from npbert.npyfile import load_npy
-from npbert.verify import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerance
+from npbert.verify import DEFAULT_RTOL, STEPS, check_tolerance
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,8 +154,10 @@ def tolerance(text: str) -> float:
         value = text  # refused below, as given
     try:
         return check_tolerance("the tolerance", value)
-    except InputError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+    except InputError:  # as typed: 1e400 is "inf" to float()
+        raise argparse.ArgumentTypeError(
+            f"the tolerance must be a finite number of at least 0, got {text!r}"
+        ) from None
 
 
 def command(commands, name: str, summary: str, description: str, examples: str):
@@ -268,8 +270,8 @@ def add_compare(commands) -> None:
     compare.add_argument(
         "--atol",
         type=tolerance,
-        default=DEFAULT_ATOL,
-        help="largest absolute difference allowed (default: %(default)g)",
+        help="largest absolute difference allowed (default: 1e-5, or where a stage's values are "
+        f"large, {STEPS} float32 steps of its largest: float32 cannot resolve 1e-5 past 128)",
     )
     compare.add_argument(
         "--rtol",

@@ -13,18 +13,9 @@ from npbert.errors import InputError
 from npbert.inputs import prepare_inputs
 from npbert.model import embed, embed_stages
 from npbert.positions import sinusoidal_table
+from npbert.verify import default_atol
 
 SHOWN = 3  # values shown at each end of a row, as torch prints tensors
-
-# The step-by-step output must equal embed() to this max |diff|: embed() is the fast path,
-# which rounds in another order (within 2e-6), and 1e-5 is the tolerance against torch.
-TOLERANCE = 1e-5
-
-
-def tolerance(output: np.ndarray) -> float:
-    """TOLERANCE, or for large outputs 4 float32 steps of the largest (the fast path stays
-    within 3: tests/test_fast.py), as 1e-5 is under one step past 64."""
-    return max(TOLERANCE, 4 * float(np.spacing(np.float32(np.abs(output).max()))))
 
 
 def format_row(row: np.ndarray) -> str:
@@ -147,7 +138,9 @@ def explain(
     bad = ~np.isfinite(final)  # NaN or Inf from the weights: compared as equal where both are
     diff = float(np.abs(final - embedded)[~bad].max(initial=0))
     diff = diff if np.array_equal(bad, ~np.isfinite(embedded)) else np.inf
-    bound = tolerance(np.where(bad, 0, final))
+    # embed() is the fast path, which rounds in another order (within 2e-6): held to compare's
+    # default tolerance against the step-by-step output
+    bound = default_atol(np.where(bad, 0, final))
 
     columns = ["input_id", *(["token_type_id"] if types is not None else [])]
     columns += ["position_id"] if positions is not None else []

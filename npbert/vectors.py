@@ -12,7 +12,7 @@ import numpy as np
 from npbert.atomic import building_directory
 from npbert.errors import InputError
 from npbert.model import Embedder, embed_stages
-from npbert.verify import check_finite
+from npbert.verify import STEPS, check_finite, default_atol
 
 SEEDS = [
     "The quick brown fox jumps over the lazy dog",
@@ -21,9 +21,12 @@ SEEDS = [
 ]
 # The longest case's tokens at most: ModernBERT's 8192, every stage in two dtypes ~0.5 GB.
 LONGEST = 8192
+SPECIAL = 16  # special tokens in their case at most (those after are left out, and said so)
 QUESTION = "Why are BERT's position embeddings learned?"
 PASSAGE = "The authors chose learned absolute position embeddings over fixed sinusoids."
-TOLERANCE = {"float32": {"atol": 1e-5, "rtol": 0.0}, "float64": {"atol": 1e-12, "rtol": 0.0}}
+# The least atol for an implementation in each precision: more where a stage's values are
+# large (default_atol: STEPS steps of the precision at the largest), given file by file.
+BASE_ATOL = {"float32": 1e-5, "float64": 1e-12}
 STAGE_MEANING = {
     "word": "word_embeddings[input_ids], (B, L, E)",
     "token_type": "token_type_embeddings[token_type_ids], (B, L, E)",
@@ -35,7 +38,7 @@ STAGE_MEANING = {
     "projected": "the Linear to the hidden size H that ALBERT, ELECTRA and RoFormer apply after "
     "the layer: what the first encoder layer receives, (B, L, H)",
 }
-FORMAT = """# npbert conformance vectors
+FORMAT = f"""# npbert conformance vectors
 
 One folder per case. Each holds the inputs
 
@@ -62,13 +65,16 @@ float64 files are computed in float64 from the stored weights: the exact referen
 files are what a float32 implementation should produce. Padding positions are embedded like
 any other (only DeBERTa's embedding layer uses the attention mask, to zero them).
 manifest.json gives the model_type and its formula, lists every file with its shape and
-dtype, the tolerances (max absolute difference) and the sha256 of the checkpoint's weights
-file(s). `.npy` is NumPy's simple format: a header, then raw little-endian data in C order;
-readers exist for most languages.
+dtype, and the sha256 of the checkpoint's weights file(s). Each float64 stage file also has
+its "atol": the largest absolute difference allowed from it, for a float32 implementation
+and for a float64 one. That is 1e-5 (float32) or 1e-12 (float64), or where the stage's values
+are large, {STEPS} steps of the precision at its largest |value|, as 1e-5 is less than one
+float32 step from 128 up. `.npy` is NumPy's simple format: a header, then raw little-endian
+data in C order; readers exist for most languages.
 
 To check an implementation: for each case, feed it the inputs, and compare each stage you can
-expose with the float64 file within the manifest's float32 tolerance. The first stage that
-disagrees is where the bug is. `npbert compare` does this for one output file.
+expose with the float64 file within that file's atol for your precision. The first stage
+that disagrees is where the bug is. `npbert compare` does this for one output file.
 """
 
 
@@ -113,9 +119,10 @@ def cases(embedder: Embedder) -> dict[str, dict]:
         if length == config.max_length
         else f"a long sequence: {length} tokens (the model allows "
         f"{config.max_length or 'any number'})",
-        [" ".join([PASSAGE] * length)],
+        [" ".join([PASSAGE] * length)],  # cut to `length` tokens
         max_length=length,
     )
+    made["longest"]["description"] += ", a passage repeated and cut to that length"
     sequence = [*first, *middle, *last]
     if config.type_vocab_size:
         made["every_token_type"] = ids(
@@ -131,10 +138,13 @@ def cases(embedder: Embedder) -> dict[str, dict]:
     rowless = sum(i >= config.vocab_size for i in special)
     special = [i for i in special if i < config.vocab_size]
     pad = [] if embedder.tokenizer.pad_token_id is None else [embedder.tokenizer.pad_token_id] * 2
-    left_out = f" ({rowless} past the word table left out)" if rowless else ""
+    left_out = [f"{rowless} past the word table"] if rowless else []
+    left_out += [f"{len(special) - SPECIAL} past the first {SPECIAL}"] * (len(special) > SPECIAL)
+    left_out = f" ({' and '.join(left_out)} left out)" if left_out else ""
     if special or pad:
         made["special_tokens"] = ids(
-            f"every special token of the tokenizer{left_out}, then two pads", [*special[:16], *pad]
+            f"every special token of the tokenizer{left_out}, then two pads",
+            [*special[:SPECIAL], *pad],
         )
     return made
 
@@ -167,17 +177,20 @@ def write_vectors(embedder: Embedder, directory: str | os.PathLike) -> dict:
     directory = Path(directory)
     if directory.exists():
         raise InputError(f"--out {directory} exists: give a new directory")
-    if not directory.parent.is_dir():
+    if not directory.parent.exists():
         raise InputError(f"--out {directory}: directory {directory.parent} does not exist")
+    if not directory.parent.is_dir():
+        raise InputError(f"--out {directory}: {directory.parent} is a file, not a directory")
     weights = embedder.weights
     manifest = {
-        "format": "npbert conformance vectors, version 2 (FORMAT.md)",
+        "format": "npbert conformance vectors, version 3 (FORMAT.md)",
         "model": weights.source,
         "model_type": weights.config.model_type,
         "formula": weights.config.formula,
         "weights_sha256": {path.name: sha256(path) for path in weights.files},
         "layer_norm_eps": weights.config.layer_norm_eps,
-        "tolerance": TOLERANCE,
+        # each float64 file's "atol" applies these to its values (FORMAT.md)
+        "tolerance": {dtype: {"atol": atol, "steps": STEPS} for dtype, atol in BASE_ATOL.items()},
         "stages": {},
         "cases": {},
     }
@@ -222,8 +235,11 @@ def _write_case(weights, folder: Path, case: dict) -> dict:
     described["files"] = {}
     for name, array in _arrays(weights, case).items():
         np.save(folder / f"{name}.npy", array)
-        described["files"][f"{folder.name}/{name}.npy"] = {
-            "shape": list(array.shape),
-            "dtype": array.dtype.name,
-        }
+        info = {"shape": list(array.shape), "dtype": array.dtype.name}
+        if name.endswith(".float64"):  # the reference: how far from it each precision may be
+            info["atol"] = {
+                dtype: default_atol(array, np.dtype(dtype).type, base)
+                for dtype, base in BASE_ATOL.items()
+            }
+        described["files"][f"{folder.name}/{name}.npy"] = info
     return described

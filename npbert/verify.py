@@ -8,6 +8,7 @@ the output (and a projection after it). The first stage that does not is where t
 """
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,17 @@ INPUTS = ("input_ids", "token_type_ids", "position_ids", "attention_mask", "meta
 
 DEFAULT_ATOL = 1e-5  # what Hugging Face's and ONNX export checks use
 DEFAULT_RTOL = 0.0
+# Where a stage's values are large, DEFAULT_ATOL is less than float32 can resolve (one step is
+# 1.5e-5 from 128 up): no float32 result could pass. The default then allows this many float32
+# steps of the stage's largest value (npbert's fast path stays within 3: tests/test_fast.py).
+STEPS = 4
+
+
+def default_atol(reference: np.ndarray, dtype=np.float32, base: float = DEFAULT_ATOL) -> float:
+    """The atol a stage is held to unless one is given: `base`, or STEPS steps of `dtype` at
+    the reference's largest |value|, whichever is more (1e-5 up to outputs of about 20)."""
+    largest = dtype(np.abs(reference).max(initial=0))
+    return max(base, STEPS * float(np.spacing(largest)))
 
 
 def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -147,6 +159,7 @@ class StageResult:
     max_rel: float = float("inf")
     max_abs_float32: float = float("inf")  # against npbert's float32 output
     max_rel_float32: float = float("inf")
+    atol: float | None = None  # the atol it was held to
     ok: bool = False
     worst: dict = field(default_factory=dict)  # index, candidate, reference, npbert_float32
     batch_axis: str | None = None  # "added" or "dropped" to compare (BATCH_AXIS), or None
@@ -193,9 +206,11 @@ def _errors(candidate: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, fl
 
 
 def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> StageResult:
+    """One stage against the references; atol None: default_atol of the reference."""
     expected, batch_axis = _align(name, candidate, reference64)
     if expected is None:
         return StageResult(name, False, (candidate.shape, reference64.shape))
+    atol = default_atol(reference64) if atol is None else atol
     expected32, _ = _align(name, candidate, reference32)
     error, max_rel = _errors(candidate, expected)
     error32, max_rel32 = _errors(candidate, expected32)
@@ -209,6 +224,7 @@ def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> Stag
         max_rel=max_rel,
         max_abs_float32=float(error32.max()),
         max_rel_float32=max_rel32,
+        atol=atol,
         ok=_within(error, expected, atol, rtol),
         worst={
             "index": [int(i) for i in worst],
@@ -257,17 +273,23 @@ def check_finite(stages: dict[str, np.ndarray], what: str) -> None:
 def check_tolerance(name: str, value) -> float:
     """atol or rtol: a finite number of at least 0 (a bool is not one), or InputError."""
     number = isinstance(value, int | float | np.integer | np.floating)
-    if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
+    try:
+        tolerance = float(value) if number and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int past float's range (np.isfinite raised TypeError on it)
+        tolerance = math.inf
+    if not (math.isfinite(tolerance) and tolerance >= 0):
         raise InputError(f"{name} must be a finite number of at least 0, got {value!r}")
-    return float(value)
+    return tolerance
 
 
 def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol) -> dict:
     """The full report: every provided stage in order, the first that disagrees, and for the
-    output its float32 ULP error and per-token cosine similarity. A reference64 with NaN or
-    Inf is refused: a candidate cannot be right or wrong against it."""
+    output its float32 ULP error and per-token cosine similarity. atol None: each stage's
+    default_atol. A reference64 with NaN or Inf is refused: a candidate cannot be right or
+    wrong against it."""
     check_finite(reference64, "npbert's float64 reference")
-    atol, rtol = check_tolerance("atol", atol), check_tolerance("rtol", rtol)
+    atol = None if atol is None else check_tolerance("atol", atol)
+    rtol = check_tolerance("rtol", rtol)
     candidate = checked_candidate(candidate, reference64)
     with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
         stages = [
@@ -364,6 +386,7 @@ def _stage_dict(stage: StageResult) -> dict:
         }
     return {
         "ok": stage.ok,
+        "atol": stage.atol,
         "max_abs": stage.max_abs,
         "max_rel": stage.max_rel,
         "max_abs_vs_npbert_float32": stage.max_abs_float32,
@@ -373,10 +396,14 @@ def _stage_dict(stage: StageResult) -> dict:
     }
 
 
+DEFAULT_ATOL_TEXT = f"{DEFAULT_ATOL:g} (or {STEPS} float32 steps of a stage's largest value)"
+
+
 def format_report(report: dict) -> str:
     """The report for people: one line a stage, then the output's details and the verdict."""
     tol = report["tolerance"]
-    lines = [f"tolerance: atol {tol['atol']:g}, rtol {tol['rtol']:g} ({tol['against']})"]
+    atol = DEFAULT_ATOL_TEXT if tol["atol"] is None else f"{tol['atol']:g}"
+    lines = [f"tolerance: atol {atol}, rtol {tol['rtol']:g} ({tol['against']})"]
     for name, stage in report["stages"].items():
         if "max_abs" not in stage:
             lines.append(
@@ -387,11 +414,13 @@ def format_report(report: dict) -> str:
                 lines.append(f"  {'':<11} note:  {stage['note']}")
             continue
         worst = stage["worst"]
+        raised = tol["atol"] is None and stage["atol"] > DEFAULT_ATOL  # large values
         lines.append(
             f"  {name:<11} {'ok  ' if stage['ok'] else 'FAIL'}   max |diff| {stage['max_abs']:.3g}"
             f" (vs npbert's float32 spec {stage['max_abs_vs_npbert_float32']:.3g}),"
             f" max rel {stage['max_rel']:.3g}; worst at {tuple(worst['index'])}:"
             f" {worst['candidate']:.8g} vs {worst['reference']:.8g}"
+            + (f"; held to atol {stage['atol']:.3g}" if raised else "")
         )
         if stage["batch_axis"]:
             lines.append(f"  {'':<11} note:  {BATCH_AXIS[stage['batch_axis']]}")

@@ -210,9 +210,29 @@ def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm
     code = main(["compare", str(tmp_path / "bug.npz"), "--model", str(minilm_dir), "I am Sinan"])
     out = capsys.readouterr().out
     assert code == 1
-    assert "tolerance: atol 1e-05, rtol 0" in out
+    assert "tolerance: atol 1e-05 (or 4 float32 steps of a stage's largest value), rtol 0" in out
     assert "FAIL: the first stage that disagrees is 'position'" in out
     assert "token cosine" in out and "ULPs" in out
+
+
+def test_the_default_tolerance_passes_float32_rounding_of_large_outputs(tmp_path, capsys):
+    """gamma 300: outputs of several hundred, where one float32 step is 3e-5 to 6e-5. The float64
+    reference rounded to float32, the best any float32 result can be, failed atol 1e-5."""
+    from test_cli import tiny_words
+
+    model = tiny_words(tmp_path, 300.0, tensor="LayerNorm.gamma")
+    ids = np.array([[2, 5, 9, 14, 7, 3]])
+    np.save(tmp_path / "ids.npy", ids)
+    best = npbert.embed(npbert.load_weights(model), ids, dtype=np.float64).astype(np.float32)
+    assert np.abs(best).max() > 200
+    np.save(tmp_path / "best.npy", best)
+    argv = ["compare", str(tmp_path / "best.npy"), "--model", str(model)]
+    argv += ["--ids-file", str(tmp_path / "ids.npy")]
+    assert main(argv) == 0
+    assert "; held to atol 0.000" in capsys.readouterr().out
+    assert main([*argv, "--atol", "1e-5"]) == 1  # as given
+    np.save(tmp_path / "off.npy", best + 5e-3)  # past 4 steps: still a failure
+    assert main(["compare", str(tmp_path / "off.npy"), *argv[2:]]) == 1
 
 
 @pytest.mark.parametrize(
@@ -309,6 +329,40 @@ def test_vectors_are_complete_and_consistent(tmp_path, capsys):
     assert set(types.ravel().tolist()) == set(range(weights.config.type_vocab_size))
     assert main(["vectors", "--model", str(TINY), "--out", str(out)]) == 2  # never overwrites
     assert "exists" in capsys.readouterr().err
+    assert main(["vectors", "--model", str(TINY), "--out", str(TINY / "config.json" / "v")]) == 2
+    assert "config.json is a file, not a directory" in capsys.readouterr().err
+    # the text encodes to more tokens than the case keeps
+    assert manifest["cases"]["longest"]["description"].endswith("repeated and cut to that length")
+
+
+def test_vectors_say_how_many_special_tokens_they_leave_out(monkeypatch):
+    from npbert import vectors
+
+    monkeypatch.setattr(vectors, "SPECIAL", 2)
+    case = vectors.cases(npbert.Embedder.from_pretrained(TINY))["special_tokens"]
+    assert "(3 past the first 2 left out)" in case["description"]
+    assert case["input_ids"].shape == (1, 2 + 2)  # and two pads
+
+
+def test_vectors_float32_files_meet_the_atol_their_manifest_gives(tmp_path):
+    """The manifest said atol 1e-5 for float32, and at gamma 300 its own float32 files were
+    8e-5 to 1.6e-4 from the float64 ones: each float64 file now carries its own atol."""
+    from test_cli import tiny_words
+
+    model = tiny_words(tmp_path, 300.0, tensor="LayerNorm.gamma")
+    assert main(["vectors", "--model", str(model), "--out", str(tmp_path / "v")]) == 0
+    manifest = json.loads((tmp_path / "v" / "manifest.json").read_text())
+    raised = 0
+    for case in manifest["cases"].values():
+        for rel, info in case["files"].items():
+            if not rel.endswith(".float64.npy"):
+                continue
+            reference = np.load(tmp_path / "v" / rel)
+            ours = np.load(tmp_path / "v" / rel.replace(".float64.", ".float32."))
+            assert np.abs(ours - reference).max() <= info["atol"]["float32"], rel
+            assert info["atol"]["float64"] >= 1e-12
+            raised += info["atol"]["float32"] > 1e-5
+    assert raised  # the outputs of a few hundred
 
 
 @pytest.fixture(scope="module")
@@ -567,6 +621,7 @@ def test_nan_never_passes_however_wide_the_tolerance(tiny_stages):
         ({"word": 0}, {}, r"no 'embeddings' or 'projected' \(it has \['word'\]\)"),
         ({"embeddings": [["a"]]}, {}, "'embeddings' is not a numeric array"),
         (None, {"atol": -1e-5}, "atol must be a finite number of at least 0, got -1e-05"),
+        (None, {"rtol": 2**1024}, "rtol must be a finite number of at least 0, got 1797"),
         (None, {"rtol": float("nan")}, "rtol must be a finite number of at least 0, got nan"),
         (None, {"atol": "1e-5"}, "atol must be a finite number of at least 0, got '1e-5'"),
         (None, {"atol": True}, "atol must be a finite number of at least 0, got True"),
