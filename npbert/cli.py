@@ -262,7 +262,8 @@ def add_compare(commands) -> None:
         "candidate",
         type=path,
         metavar="CANDIDATE",
-        help="the output to check: .npy (the embeddings), .npz or .safetensors (embeddings or "
+        help="the output to check: .npy (the embeddings, or projected, told by its shape), .npz "
+        "or .safetensors (embeddings or "
         "projected, and any stages: word, token_type, position, sum, embed_proj, normalized), "
         "or .json",
     )

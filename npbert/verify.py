@@ -35,6 +35,9 @@ STAGES = (
 # receives, for ALBERT, ELECTRA and RoFormer); it gives one or both.
 OUTPUTS = ("embeddings", "projected")
 
+# A .npy's one array, or a JSON file's one list: an output, named by its shape (named_output).
+OUTPUT = "output"
+
 # What npbert embed --out writes beside the embeddings: inputs, not stages to check.
 INPUTS = ("input_ids", "token_type_ids", "position_ids", "attention_mask", "metadata")
 
@@ -54,9 +57,9 @@ def default_atol(reference: np.ndarray, dtype=np.float32, base: float = DEFAULT_
 
 
 def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Another implementation's output: .npy (the embeddings), .npz or .safetensors
-    (`embeddings` or `projected`, and any stage names), or .json (a nested list, or an object
-    of them)."""
+    """Another implementation's output: .npy (one output: OUTPUT), .npz or .safetensors
+    (`embeddings` or `projected`, and any stage names), or .json (a nested list, OUTPUT, or
+    an object of them)."""
     path = regular_file(path, "candidate")
     if not path.is_file():
         raise InputError(f"candidate {path}: no such file")
@@ -64,11 +67,10 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if suffix not in (".npy", ".npz", ".safetensors", ".json"):
         raise InputError(f"candidate {path}: use .npy, .npz, .safetensors or .json")
     if suffix == ".npy":
-        arrays = {"embeddings": load_npy(path, "candidate")}
-    elif suffix == ".npz":
-        arrays = load_npz(path, "candidate")
-    else:
-        arrays = _load_other(path, suffix)
+        return {OUTPUT: _numeric(f"candidate {path}", OUTPUT, load_npy(path, "candidate"))}
+    arrays = load_npz(path, "candidate") if suffix == ".npz" else _load_other(path, suffix)
+    if not isinstance(arrays, dict):  # a JSON list
+        return {OUTPUT: _numeric(f"candidate {path}", OUTPUT, arrays)}
     if not set(OUTPUTS) & set(arrays):
         raise InputError(
             f"candidate {path}: no 'embeddings' or 'projected' array (it has {sorted(arrays)})"
@@ -94,7 +96,7 @@ def _load_other(path: Path, suffix: str) -> dict:
         raise
     except (SafetensorError, ValueError, OSError, RecursionError) as error:
         raise InputError(f"candidate {path}: cannot read it ({_first_line(error)})") from None
-    return data if isinstance(data, dict) else {"embeddings": data}
+    return data
 
 
 def _load_safetensors(path: Path) -> dict:
@@ -135,16 +137,17 @@ def _first_line(error: Exception) -> str:
 def _numeric(where: str, key: str, value) -> np.ndarray:
     """value as an array of integers or floats, in its own dtype (widened to float64 by
     checked_candidate, where its shape fits)."""
+    what = "its array" if key == OUTPUT else f"'{key}'"
     if isinstance(value, np.ndarray) and value.dtype.kind == "c":
-        raise InputError(f"{where}: '{key}' is complex; embeddings are real numbers")
+        raise InputError(f"{where}: {what} is complex; embeddings are real numbers")
     try:
         array = np.asarray(value)  # as it is: float64 would parse strings and dates as numbers
         if array.dtype.kind not in "iuf":
             raise TypeError(array.dtype)
     except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
-        raise InputError(f"{where}: '{key}' is not a numeric array") from None
+        raise InputError(f"{where}: {what} is not a numeric array") from None
     if array.ndim == 0:
-        raise InputError(f"{where}: '{key}' is a scalar, not an array")
+        raise InputError(f"{where}: {what} is a scalar, not an array")
     return array
 
 
@@ -165,19 +168,19 @@ class StageResult:
     batch_axis: str | None = None  # "added" or "dropped" to compare (BATCH_AXIS), or None
 
 
-def _align(name: str, candidate: np.ndarray, expected: np.ndarray) -> tuple:
+def _align(name: str, candidate: np.ndarray, expected: np.ndarray, batch=None) -> tuple:
     """(expected in the candidate's shape, or None when the shapes disagree; BATCH_AXIS key).
 
     Shapes must match exactly, but for a batch axis of 1 that one of the two lacks, and
     position rows shared by the batch, (L, E), where the other gives them per sequence (the
-    reference's rows all alike). Nothing else broadcasts: a (2, 3, H) or (1, 1, 3, H)
-    candidate for a (1, 3, H) reference is a wrong shape."""
+    reference's rows all alike; `batch` sequences, the inputs' B). Nothing else broadcasts: a
+    (2, 3, H) or (1, 1, 3, H) candidate for a (1, 3, H) reference is a wrong shape."""
     if candidate.shape == expected.shape:
         return expected, None
     if expected.ndim == 3 and expected.shape[0] == 1 and candidate.shape == expected.shape[1:]:
         return expected[0], "added"
     shared = name == "position" and expected.ndim == 2 and candidate.ndim == 3
-    if shared and candidate.shape[1:] == expected.shape:
+    if shared and candidate.shape == (batch, *expected.shape):
         return np.broadcast_to(expected, candidate.shape), None
     shared = name == "position" and expected.ndim == 3 and candidate.ndim == 2
     if shared and expected.shape[1:] == candidate.shape and (expected == expected[0]).all():
@@ -205,13 +208,13 @@ def _errors(candidate: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, fl
     return error, float(relative.max())
 
 
-def compare_stage(name, candidate, reference64, reference32, atol, rtol) -> StageResult:
+def compare_stage(name, candidate, reference64, reference32, atol, rtol, batch) -> StageResult:
     """One stage against the references; atol None: default_atol of the reference."""
-    expected, batch_axis = _align(name, candidate, reference64)
+    expected, batch_axis = _align(name, candidate, reference64, batch)
     if expected is None:
         return StageResult(name, False, (candidate.shape, reference64.shape))
     atol = default_atol(reference64) if atol is None else atol
-    expected32, _ = _align(name, candidate, reference32)
+    expected32, _ = _align(name, candidate, reference32, batch)
     error, max_rel = _errors(candidate, expected)
     error32, max_rel32 = _errors(candidate, expected32)
     worst = np.unravel_index(np.argmax(error), error.shape)
@@ -291,9 +294,12 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
     atol = None if atol is None else check_tolerance("atol", atol)
     rtol = check_tolerance("rtol", rtol)
     candidate = checked_candidate(candidate, reference64)
+    batch = batch_size(reference64)
     with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
         stages = [
-            compare_stage(name, candidate[name], reference64[name], reference32[name], atol, rtol)
+            compare_stage(
+                name, candidate[name], reference64[name], reference32[name], atol, rtol, batch
+            )
             for name in reference64
             if name in candidate
         ]
@@ -322,6 +328,7 @@ def checked_candidate(candidate, reference64: dict) -> dict:
     if not isinstance(candidate, dict) or not all(isinstance(k, str) for k in candidate):
         raise InputError("the candidate must be a dict of stage names (str) to arrays")
     candidate = {key: value for key, value in candidate.items() if key not in INPUTS}
+    candidate = named_output(candidate, reference64)
     if not set(OUTPUTS) & set(candidate):
         raise InputError(
             f"the candidate has no 'embeddings' or 'projected' (it has {sorted(candidate)})"
@@ -333,13 +340,40 @@ def checked_candidate(candidate, reference64: dict) -> dict:
             f"(its stages: {', '.join(reference64)})"
         )
     arrays = {key: _numeric("the candidate", key, value) for key, value in candidate.items()}
-    return {key: _widened(key, array, reference64[key]) for key, array in arrays.items()}
+    batch = batch_size(reference64)
+    return {key: _widened(key, array, reference64[key], batch) for key, array in arrays.items()}
 
 
-def _widened(name: str, array: np.ndarray, reference64: np.ndarray) -> np.ndarray:
+def batch_size(reference64: dict) -> int | None:
+    """B, the sequences of the inputs, or None for one sequence given as (L,)."""
+    word = reference64["word"]  # (B, L, E) or (L, E): every family looks words up
+    return word.shape[0] if word.ndim == 3 else None
+
+
+def named_output(candidate: dict, reference64: dict) -> dict:
+    """The candidate with its OUTPUT (a .npy's array) under the output whose shape it has:
+    "embeddings", or "projected" where the family projects after its layer (what `npbert
+    embed --project` writes). Where the two have the same shape (an ALBERT of E = H), which
+    it is cannot be told: InputError."""
+    if OUTPUT not in candidate:
+        return candidate
+    rest = {key: value for key, value in candidate.items() if key != OUTPUT}
+    array = _numeric("the candidate", OUTPUT, candidate[OUTPUT])
+    fits = [name for name in OUTPUTS if name in reference64 and name not in rest]
+    fits = [name for name in fits if _align(name, array, reference64[name])[0] is not None]
+    if len(fits) > 1:
+        raise InputError(
+            f"the candidate's one array {array.shape} has the shape of both the layer's output "
+            "and its projection here, and names neither: give it as 'embeddings' or 'projected' "
+            "in an .npz or .safetensors file"
+        )
+    return {fits[0] if fits else "embeddings": array, **rest}
+
+
+def _widened(name: str, array: np.ndarray, reference64: np.ndarray, batch) -> np.ndarray:
     """The array as float64 if its shape fits the reference's; else as it is, to be reported
     by its shape (a large candidate of the wrong shape is not copied to be told so)."""
-    if _align(name, array, reference64)[0] is None:
+    if _align(name, array, reference64, batch)[0] is None:
         return array
     return array.astype(np.float64, copy=False)
 

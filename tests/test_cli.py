@@ -357,12 +357,39 @@ def test_embed_project_saves_projected_under_its_name_and_compare_checks_it(
     assert code == 0 and "  projected   ok" in stdout and "projected: float32 ULPs" in stdout
 
 
-def test_a_projected_npy_compared_as_embeddings_is_told_its_name(tmp_path, capsys):
+def test_a_projected_npy_is_compared_as_projected_by_its_shape(tmp_path, capsys):
+    """A .npy names no output: it was read as embeddings, and --project's own file failed."""
     model, out = DATA / "tiny-albert", tmp_path / "projected.npy"
     code, stdout, _ = run(capsys, "embed", "i am", "--model", model, "--project", "--out", out)
     assert code == 0 and stdout.startswith(f"wrote {out}: projected")
     code, stdout, _ = run(capsys, "compare", out, "--model", model, "i am")
+    assert code == 0 and "  projected   ok" in stdout and "embeddings " not in stdout
+    np.savez(tmp_path / "named.npz", embeddings=np.load(out))  # named: held to its name
+    code, stdout, _ = run(capsys, "compare", tmp_path / "named.npz", "--model", model, "i am")
     assert code == 1 and "this is the shape of 'projected'" in stdout
+
+
+def test_an_npy_that_fits_the_output_and_its_projection_is_refused(tmp_path, capsys):
+    """An ALBERT of E = H projects all the same: its two outputs have one shape."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(DATA / "tiny-albert", tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    tensors = load_file(str(tmp_path / "m" / "model.safetensors"))
+    hidden, width = config["hidden_size"], config["embedding_size"]
+    for name in list(tensors):
+        if name.startswith("albert.embeddings."):
+            tensors[name] = np.resize(tensors[name], (*tensors[name].shape[:-1], hidden))
+        if "embedding_hidden_mapping_in.weight" in name:
+            tensors[name] = np.resize(tensors[name], (hidden, hidden))
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "embedding_size": hidden}))
+    assert width != hidden
+    out = tmp_path / "p.npy"
+    code, _, _ = run(capsys, "embed", "i am", "--model", tmp_path / "m", "--project", "--out", out)
+    assert code == 0
+    code, _, err = run(capsys, "compare", out, "--model", tmp_path / "m", "i am")
+    assert code == 2 and "has the shape of both the layer's output and its projection" in err
 
 
 def test_embed_project_on_a_family_without_projection_saves_embeddings(tmp_path, capsys):

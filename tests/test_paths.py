@@ -70,10 +70,8 @@ def test_writing_and_comparing_take_any_path(tmp_path, as_path):
     output = embedder("i am").embeddings
     np.save(tmp_path / "c.npy", output)
     np.savez(tmp_path / "c.npz", embeddings=output)
-    for name in ("c.npy", "c.npz"):
-        np.testing.assert_array_equal(
-            load_candidate(as_path(tmp_path / name))["embeddings"], output
-        )
+    for name, key in (("c.npy", "output"), ("c.npz", "embeddings")):
+        np.testing.assert_array_equal(load_candidate(as_path(tmp_path / name))[key], output)
     np.testing.assert_array_equal(load_npy(as_path(tmp_path / "c.npy"), "ids"), output)
     assert list(load_npz(as_path(tmp_path / "c.npz"), "candidate")) == ["embeddings"]
     write_atomically(as_path(tmp_path / "f.bin"), lambda f: f.write(b"x"))

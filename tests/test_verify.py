@@ -439,7 +439,7 @@ def test_complex_candidates_are_refused(tmp_path, capsys, tiny_reference):
     reference, _ = tiny_reference
     np.save(tmp_path / "c.npy", reference + 0j)  # the real part is right
     code, _, err = compare_text(capsys, tmp_path / "c.npy")
-    assert code == 2 and "'embeddings' is complex" in err and err.count("\n") == 1
+    assert code == 2 and "c.npy: its array is complex" in err and err.count("\n") == 1
     np.savez(tmp_path / "c.npz", embeddings=reference, sum=reference.astype(np.complex64))
     code, _, err = compare_text(capsys, tmp_path / "c.npz")
     assert code == 2 and "'sum' is complex" in err
@@ -530,7 +530,7 @@ def test_a_scalar_safetensors_candidate_is_named_a_scalar(tmp_path, capsys, dtyp
         ("c.npz", "crafted member", "embeddings.npy: its header describes a (100000000000,)"),
         ("c.json", deep_json(100_000), "cannot read it (maximum recursion depth"),
         ("c.json", b'{"embeddings": ' + deep_json(100_000) + b"}", "cannot read it"),
-        ("c.json", b"[[" + b"9" * 400 + b"]]", "'embeddings' is not a numeric array"),
+        ("c.json", b"[[" + b"9" * 400 + b"]]", "c.json: its array is not a numeric array"),
         ("c.json", b"[[" + b"9" * 5000 + b"]]", "cannot read it"),  # past Python's digit limit
         ("c.safetensors", b"\x10" + b"\0" * 7 + b"{}", "c.safetensors: the header claims 16"),
         # an empty archive
@@ -655,6 +655,27 @@ def test_shared_position_rows_are_checked_against_per_sequence_ones():
     assert compare_stages(candidate, *references, atol=1e-5, rtol=0)["first_disagreeing_stage"] == (
         "position"
     )
+
+
+@pytest.mark.parametrize("ids", [[[2, 7, 5, 3], [2, 9, 3, 0]], [2, 7, 5, 3]], ids=["B=2", "(L,)"])
+def test_shared_positions_per_sequence_must_be_the_batchs(ids):
+    """BERT's reference positions are (L, E), shared: a candidate may give them per sequence,
+    but (7, L, E) for a batch of 2 (or for one sequence) passed as well."""
+    from npbert.verify import compare as compare_stages
+
+    weights = npbert.load_weights(TINY)
+    references = [npbert.embed_stages(weights, ids, dtype=d) for d in (np.float64, np.float32)]
+    rows = references[1]["position"]  # (L, E)
+    batch = np.array(ids).shape[0] if np.ndim(ids) == 2 else 1
+    given = {"embeddings": references[1]["embeddings"]}
+    ok = compare_stages(
+        {**given, "position": np.stack([rows] * batch)}, *references, atol=1e-5, rtol=0
+    )
+    assert ok["stages"]["position"]["ok"]
+    wrong = {**given, "position": np.stack([rows] * 7)}
+    report = compare_stages(wrong, *references, atol=1e-5, rtol=0)
+    assert report["first_disagreeing_stage"] == "position"
+    assert report["stages"]["position"]["candidate_shape"][0] == 7
 
 
 def test_a_candidate_of_the_projected_output_alone_is_checked():
