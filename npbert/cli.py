@@ -80,10 +80,12 @@ def run(args) -> int:
         return 130
 
 
-# Where the layer is computed: NumPy's warnings from these lines are about the weights.
+# Where the layer is computed: NumPy's warnings from these lines are about the weights, and
+# so are those NumPy gives from its own files (a mean's sum overflowing: explain, vectors).
 LAYER_FILES = tuple(
     os.path.join(os.path.dirname(__file__), name) for name in ("embedding.py", "fast.py", "cli.py")
 )
+NUMPY_FILES = os.path.dirname(np.__file__) + os.sep
 
 
 def say_warnings(caught: list) -> None:
@@ -91,7 +93,10 @@ def say_warnings(caught: list) -> None:
     name a line of npbert, as one line that says what they mean for the output; other
     warnings as they are."""
     numpy_said = [
-        w for w in caught if issubclass(w.category, RuntimeWarning) and w.filename in LAYER_FILES
+        w
+        for w in caught
+        if issubclass(w.category, RuntimeWarning)
+        and (w.filename in LAYER_FILES or w.filename.startswith(NUMPY_FILES))
     ]
     for other in (w for w in caught if w not in numpy_said):
         warnings.showwarning(other.message, other.category, other.filename, other.lineno)

@@ -753,10 +753,18 @@ def test_vectors_of_a_checkpoint_holding_inf_is_one_line(tmp_path):
     assert one_line_error(refused, "the float32 reference is not finite"), refused.stderr
 
 
-@pytest.mark.parametrize("command", [["explain", "a b c"], ["vectors", "--out", "v"]])
-def test_an_overflow_in_explain_or_vectors_is_one_warning_line(tmp_path, command):
-    """Finite output (beta) that float32 got wrong: no NaN for their own checks to catch."""
-    model = tiny_words(tmp_path, 1e20, 0)
+@pytest.mark.parametrize(
+    ("command", "value", "columns"),
+    [
+        (["explain", "a b c"], 1e20, 0),  # the square overflows
+        (["vectors", "--out", "v"], 1e20, 0),
+        (["explain", "a b c"], 3e37, slice(None)),  # the mean's sum, in numpy/_core/_methods.py
+    ],
+)
+def test_an_overflow_in_explain_or_vectors_is_one_warning_line(tmp_path, command, value, columns):
+    """Finite output (beta) that float32 got wrong: no NaN for their own checks to catch.
+    NumPy's own warning from its own files showed as well."""
+    model = tiny_words(tmp_path, value, columns)
     result = npbert_process(*command, "--model", str(model), cwd=tmp_path)
     err = result.stderr.decode()
     assert result.returncode == 0 and err.count("\n") == 1, err
