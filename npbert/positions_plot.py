@@ -21,7 +21,7 @@ INSTALL = "pip install 'npbert[plot]'"
 
 def check_plot_path(path: Path) -> None:
     """InputError unless path names a .png, .svg or .pdf (not a directory) in a directory
-    that exists."""
+    that exists, and matplotlib is there to draw it: before the analysis, not after."""
     if path.suffix.lower() not in FORMATS:
         raise InputError(f"--plot {path}: use a .png, .svg or .pdf file name")
     directory = path.parent if str(path.parent) else Path(".")
@@ -29,6 +29,10 @@ def check_plot_path(path: Path) -> None:
         raise InputError(f"--plot {path}: directory {directory} does not exist")
     if path.is_dir():
         raise InputError(f"--plot {path} is a directory: give a file name")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError(f"--plot: plotting needs matplotlib: {INSTALL}") from None
 
 
 def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str = "") -> None:
