@@ -154,8 +154,9 @@ class Prefix:
         if self.done is not None and any(consumed.state()[k] != self.done[k] for k in same):
             raise InputError(
                 f"--resume: the input has changed since its first {self.done['texts']:,} texts "
-                f"({self.done['bytes']:,} bytes) were embedded: they differ now, so the "
-                "shards no longer match it; start again in a new directory"
+                f"({self.done['bytes']:,} bytes) were embedded: they differ now (their bytes, or "
+                "the name or format of a file, hashed with them), so the shards no longer match "
+                "it; start again in a new directory"
             )
         self.done = None
 

@@ -579,6 +579,11 @@ def test_resume_takes_the_format_given_or_read_from_the_extension_alike(tmp_path
     assert as_json.returncode == 2 and "the input has changed since its first 2 texts" in (
         as_json.stderr
     )
+    shutil.copy(source, tmp_path / "renamed.txt")  # the same bytes under another name
+    renamed = _run(tmp_path / "renamed.txt", tmp_path / "o", minilm_dir, "--resume")
+    assert renamed.returncode == 2 and "(their bytes, or the name or format of a file" in (
+        renamed.stderr
+    )
 
 
 def test_resume_refuses_a_run_of_another_corpus_format_by_name(tmp_path, minilm_dir):
