@@ -761,6 +761,13 @@ def run_vectors(args) -> int:
     from npbert.vectors import write_vectors
 
     embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
+    # Its float32 files are what float32 gives: from weights it cannot compute, wrong values
+    # that need not be NaN, said ahead as for a corpus. (NaN or Inf in the weights: the
+    # reference is refused, naming where, with no warning before.)
+    trouble = float32_trouble(embedder.weights)
+    if trouble and not trouble.endswith("holds NaN or Inf"):
+        warn_float32(trouble)
+        warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
     manifest = write_vectors(embedder, args.out)
     print(f"wrote {len(manifest['cases'])} cases to {args.out} (manifest.json, FORMAT.md)")
     return 0

@@ -753,11 +753,26 @@ def test_vectors_of_a_checkpoint_holding_inf_is_one_line(tmp_path):
     assert one_line_error(refused, "the float32 reference is not finite"), refused.stderr
 
 
+@pytest.mark.parametrize(("value", "columns"), [(1e37, slice(None)), (1e20, 0)])
+def test_vectors_of_weights_float32_cannot_compute_warn_though_no_nan_results(
+    tmp_path, value, columns
+):
+    """1e37 in every word column: float32 centers rows of 1e37 to wrong values, and wrote them
+    without a word, its float64 files right and its float32 files not. (1e20 in one: the
+    square overflows, and NumPy's warning was said after the run.)"""
+    model = tiny_words(tmp_path, value, columns)
+    result = npbert_process("vectors", "--model", str(model), "--out", str(tmp_path / "v"))
+    err = result.stderr.decode()
+    assert result.returncode == 0 and err.count("\n") == 1, err
+    assert err.startswith(
+        f"npbert: warning: the checkpoint's tensors hold values up to {value:.3g}"
+    )
+
+
 @pytest.mark.parametrize(
     ("command", "value", "columns"),
     [
         (["explain", "a b c"], 1e20, 0),  # the square overflows
-        (["vectors", "--out", "v"], 1e20, 0),
         (["explain", "a b c"], 3e37, slice(None)),  # the mean's sum, in numpy/_core/_methods.py
     ],
 )
