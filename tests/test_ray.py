@@ -294,6 +294,9 @@ def test_bad_input_is_one_line_and_lists_no_partial_shard(cluster, tmp_path, nam
                      "--model", _minilm(), "--shard-bytes", "400")  # fmt: skip
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1
+    if name.endswith(".parquet"):  # a Parquet file's columns are read before any output
+        assert not (tmp_path / "r").exists()
+        return
     index = json.loads((tmp_path / "r" / "index.json").read_text())
     assert not index["complete"]
     texts = sum(shard["texts"] for shard in index["shards"])
