@@ -563,14 +563,19 @@ def warn_float32(what: str) -> None:
     )
 
 
+def warn_ahead(trouble: str) -> None:
+    """warn_float32 before a job, in place of NumPy's warnings during it."""
+    warn_float32(trouble)
+    warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
+
+
 def check_float32(weights, dtype: str) -> None:
     """For a corpus: one warning line, ahead of the run, if float32 cannot compute every token
     with these weights, and none of NumPy's from the layer after it; and one if the outputs
     may exceed float16's range, where the shards are float16."""
     trouble = float32_trouble(weights)
     if trouble:
-        warn_float32(trouble)
-        warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
+        warn_ahead(trouble)
     largest = largest_output(weights)
     if dtype == "float16" and largest > float(np.finfo(np.float16).max):
         print(
@@ -578,6 +583,9 @@ def check_float32(weights, dtype: str) -> None:
             "largest number (65504): those values are written as Inf; use --dtype float32",
             file=sys.stderr,
         )
+
+
+NOT_FINITE = "holds NaN or Inf"  # how float32_trouble's message for such a tensor ends
 
 
 def float32_trouble(weights) -> str | None:
@@ -593,7 +601,7 @@ def float32_trouble(weights) -> str | None:
         if isinstance(array, np.ndarray):
             low, high = float(array.min()), float(array.max())
             if not math.isfinite(low + high):
-                return f"the checkpoint's {field.name} holds NaN or Inf"
+                return f"the checkpoint's {field.name} {NOT_FINITE}"
             largest[field.name] = max(-low, high)
     config = weights.config
     width = weights.word_embeddings.shape[1]  # E
@@ -765,9 +773,8 @@ def run_vectors(args) -> int:
     # that need not be NaN, said ahead as for a corpus. (NaN or Inf in the weights: the
     # reference is refused, naming where, with no warning before.)
     trouble = float32_trouble(embedder.weights)
-    if trouble and not trouble.endswith("holds NaN or Inf"):
-        warn_float32(trouble)
-        warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
+    if trouble and not trouble.endswith(NOT_FINITE):
+        warn_ahead(trouble)
     manifest = write_vectors(embedder, args.out)
     print(f"wrote {len(manifest['cases'])} cases to {args.out} (manifest.json, FORMAT.md)")
     return 0
@@ -899,11 +906,10 @@ def check_tokenizer(directory: Path) -> None:
     commands that embed texts read them: what fetch reports fetched, they take. A checkpoint
     without them (for ids alone) passes."""
     from npbert.model import Embedder, load_weights
+    from npbert.tokenize import tokenizer_file
 
     vocab_txt = load_weights(directory).config.family.vocab_txt
-    if (directory / "tokenizer.json").is_file() or (
-        vocab_txt and (directory / "vocab.txt").is_file()
-    ):
+    if tokenizer_file(directory, vocab_txt=vocab_txt):
         Embedder.from_pretrained(directory)
 
 

@@ -170,26 +170,33 @@ def load_tokenizer(
             f"{os.fsdecode(directory)!r}: the tokenizers library cannot open files under a "
             "path that is not valid UTF-8; rename the directory"
         ) from None
-    tokenizer_json = directory / "tokenizer.json"
-    vocab = directory / "vocab.txt"
-    if tokenizer_json.is_file():
+    source = tokenizer_file(directory, vocab_txt=vocab_txt)
+    if source is None:
+        wanted = "tokenizer.json or vocab.txt" if vocab_txt else "tokenizer.json"
+        raise InputError(f"{directory} has no {wanted}")
+    if source.name == "tokenizer.json":
         from tokenizers import Tokenizer as Library
 
-        source = tokenizer_json
         try:
-            tokenizer = Library.from_file(str(tokenizer_json))
+            tokenizer = Library.from_file(str(source))
         except TokenizersError as error:
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise InputError(
-                f"{tokenizer_json} is not a tokenizer the tokenizers library reads: {first}"
+                f"{source} is not a tokenizer the tokenizers library reads: {first}"
             ) from None
-    elif vocab.is_file() and vocab_txt:
-        source = vocab
-        tokenizer = _wordpiece(vocab, _normalizer(settings, directory))
     else:
-        wanted = "tokenizer.json or vocab.txt" if vocab_txt else "tokenizer.json"
-        raise InputError(f"{directory} has no {wanted}")
+        tokenizer = _wordpiece(source, _normalizer(settings, directory))
     return Tokenizer(tokenizer, _pad_id(tokenizer, settings, directory, pad_token_id), str(source))
+
+
+def tokenizer_file(directory: Path, *, vocab_txt: bool) -> Path | None:
+    """The file load_tokenizer reads: tokenizer.json, else, where the family uses BERT's
+    tokenizer (vocab_txt), vocab.txt; None where there is neither."""
+    if (directory / "tokenizer.json").is_file():
+        return directory / "tokenizer.json"
+    if vocab_txt and (directory / "vocab.txt").is_file():
+        return directory / "vocab.txt"
+    return None
 
 
 def _wordpiece(vocab: Path, normalizer: dict):
