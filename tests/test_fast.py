@@ -495,3 +495,40 @@ def test_a_projected_token_is_the_same_in_a_batch_of_any_size(tmp_path, name):
         with blocks_of(block):
             together = npbert.embed(weights, ids[:batch], project=True, threads=threads)
         np.testing.assert_array_equal(together, alone[:batch])
+
+
+def deberta_initialized(tmp_path, vocab: int, embedding: int, hidden: int):
+    """A DeBERTa-v2 with E -> H projected inside the layer, its tables drawn as transformers
+    initializes them (normal, std initializer_range 0.02; gamma 1, beta 0)."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    prefix = "deberta.embeddings."
+    tensors = {
+        "word_embeddings.weight": rng.normal(0, 0.02, (vocab, embedding)),
+        "embed_proj.weight": rng.normal(0, 0.02, (hidden, embedding)),
+        "LayerNorm.weight": np.ones(hidden),
+        "LayerNorm.bias": np.zeros(hidden),
+    }
+    save_file(
+        {prefix + key: value.astype(np.float32) for key, value in tensors.items()},
+        str(tmp_path / "model.safetensors"),
+    )
+    config = json.loads((DATA / "tiny-deberta-v2" / "config.json").read_text())
+    config.update(vocab_size=vocab, embedding_size=embedding, hidden_size=hidden)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return npbert.load_weights(tmp_path)
+
+
+def test_a_projection_before_the_layer_norm_keeps_the_fast_path_accurate(tmp_path):
+    """Projected rows of small weights have a small std, which the LayerNorm divides by: the
+    projection's rounding, magnified, had put the fast path 2.9e-6 from float64 here."""
+    weights = deberta_initialized(tmp_path, 2000, 128, 768)
+    ids = np.arange(2000)[:, None]  # (V, 1): every word
+    reference = npbert.embed(weights, ids, dtype=np.float64)
+    fast = npbert.embed(weights, ids)
+    readable = npbert.embed_stages(weights, ids)["embeddings"]
+    np.testing.assert_allclose(fast, readable, rtol=0, atol=FAST_TOLERANCE)
+    assert np.abs(fast - reference).max() <= np.abs(readable - reference).max()
