@@ -120,12 +120,19 @@ def _shown(value) -> str:
 
 
 def _writable(array: np.ndarray) -> bool:
-    """Whether the array, or any array whose memory it views, can be written."""
+    """Whether the array's memory can be written: through it, an array it views, or an owner
+    that is not an array (a writable buffer; a torch tensor or as_strided's stand-in, which
+    offer no buffer to ask, are taken as writable). Read-only maps of a file are not."""
     while isinstance(array, np.ndarray):
         if array.flags.writeable:
             return True
         array = array.base
-    return False
+    if array is None:
+        return False
+    try:
+        return not memoryview(array).readonly
+    except TypeError:
+        return True
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,38 @@ def test_weights_that_can_be_written_are_copied_so_an_edit_cannot_go_stale():
         edited.word_embeddings.flags.writeable = True
 
 
+def _marked_read_only_over(owner: str, table: np.ndarray) -> tuple:
+    """(array, write): `table`'s values in an array marked read-only whose memory its owner,
+    a writable bytearray or as_strided's object, can still change; write(row, value)."""
+    if owner == "bytearray":
+        memory = bytearray(table.tobytes())
+        array = np.frombuffer(memory, np.float32)
+        values = np.frombuffer(memory, np.float32).reshape(table.shape)
+    else:
+        values = table.copy()
+        array = np.lib.stride_tricks.as_strided(values, writeable=False)
+    array.flags.writeable = False
+
+    def write(row, value):
+        values[row] = value
+
+    return array.reshape(table.shape), write
+
+
+@pytest.mark.parametrize("owner", ["bytearray", "as_strided"])
+def test_an_array_marked_read_only_over_writable_memory_is_copied(owner):
+    import dataclasses
+
+    weights = npbert.load_weights(TINY)
+    table, write = _marked_read_only_over(owner, weights.position_embeddings)
+    edited = dataclasses.replace(weights, position_embeddings=table)
+    before = npbert.embed(edited, [2, 5, 3])  # npbert.fast makes its tables from them, once
+    write(1, 3.0)  # the memory under the caller's array, after the fact
+    # The weights hold a copy, so they and npbert.fast's tables still agree
+    readable = npbert.embed_stages(edited, [2, 5, 3])["embeddings"]
+    np.testing.assert_allclose(readable, before, rtol=0, atol=2e-6)
+
+
 @pytest.mark.parametrize("name", ["tiny-bert-fp16", "tiny-bert-bf16"])
 def test_widened_weights_cannot_be_made_writable_again(name):
     weights = npbert.load_weights(DATA / name)
