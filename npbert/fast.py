@@ -383,7 +383,7 @@ def centered_table(weights, mode: str) -> None:
     """When to make Wc for these weights: "auto" (the default: once as many tokens have been
     embedded as the table has rows, and the table is at most AUTO_LIMIT bytes), "always" (now)
     or "never" (and drop it). Results are the same either way; only speed and memory differ."""
-    if mode not in ("auto", "always", "never"):
+    if not isinstance(mode, str) or mode not in ("auto", "always", "never"):
         raise InputError(f"mode must be 'auto', 'always' or 'never', not {mode!r}")
     check_weights(weights)
     record = derived(weights)

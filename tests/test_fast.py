@@ -189,8 +189,9 @@ def test_the_centered_table_is_made_once_it_pays():
 
 
 def test_centered_table_modes_are_checked(models):
-    with pytest.raises(npbert.InputError, match="mode must be"):
-        fast.centered_table(models["tiny"], "sometimes")
+    for mode in ("sometimes", np.array(["auto", "never"]), ["auto"]):
+        with pytest.raises(npbert.InputError, match="mode must be"):
+            fast.centered_table(models["tiny"], mode)
     for other in ("tiny", models["tiny"].config):
         with pytest.raises(npbert.InputError, match="must be npbert's EmbeddingWeights"):
             fast.centered_table(other, "always")
