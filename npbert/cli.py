@@ -1012,11 +1012,7 @@ def run_positions(args) -> int:
     if args.plot is None:
         return 0
     title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model
-    try:
-        plot_positions(table, figures, args.plot, title=title)
-    except ImportError as error:
-        print(f"npbert: error: --plot: {error}", file=sys.stderr)
-        return 2
+    plot_positions(table, figures, args.plot, title=title)
     print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 

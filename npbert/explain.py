@@ -1,9 +1,10 @@
 """`npbert explain`: a well-known walk-through of BERT's embedding layer as a command.
 
 It prints the family's formula, the tokens with their ids, token types and positions, then
-every stage that npbert.embedding_stages computes, in order, with what it is; and checks the
-result against npbert.embed, the fast path users call. It formats the stages; it computes
-nothing of its own.
+every stage that npbert.embed_stages computes, in order, with what it is; and checks the
+result against npbert.embed, the fast path users call. The stages are the specification's;
+this module formats them and measures two distances: the fast path's from them, and a stored
+DistilBERT table's from the sinusoids.
 """
 
 import numpy as np

@@ -258,7 +258,7 @@ def project_centered(x: np.ndarray, weight: np.ndarray, wide: np.ndarray, out: n
 
 def center(x: np.ndarray, scale: float, stats: np.ndarray) -> None:
     """Rows of x (n, E) minus their mean, in place, after BigBird's scale; the same float32
-    operations as centered_words, so a row comes out the same either way."""
+    operations as precompute makes Wc with, so a row comes out the same either way."""
     if scale != 1.0:
         x *= np.float32(scale)
     mean = np.add.reduce(x, axis=-1, out=stats)  # (n,)
@@ -367,11 +367,6 @@ def wide_projection(weights) -> np.ndarray:
     if record.projection is None:
         record.projection = weights.projection_weight.astype(np.float64)
     return record.projection
-
-
-def centered_words(weights) -> np.ndarray | None:
-    """Wc, the centered word table, if it has been made for these weights."""
-    return derived(weights).words
 
 
 # Wc is made without being asked only up to this size: it is one more copy of the word table

@@ -41,14 +41,15 @@ def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str =
 
     Panels: the two tables as heatmaps (positions x dimensions), their cosine similarity
     matrices (P x P), similarity against distance, and row norms by position.
-    ImportError (saying how to install it) when matplotlib is missing.
+    InputError (saying how to install it) when matplotlib, or the part of it this draws with,
+    cannot be imported.
     """
     check_plot_path(path)
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as error:
-        raise ImportError(f"plotting needs matplotlib: {INSTALL}", name=error.name) from error
+        raise InputError(f"--plot: plotting needs matplotlib ({error}): {INSTALL}") from None
 
     table = np.asarray(table, dtype=np.float64)
     sinusoidal = sinusoidal_table(*table.shape)

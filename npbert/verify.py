@@ -51,7 +51,7 @@ STEPS = 4
 
 def default_atol(reference: np.ndarray, dtype=np.float32, base: float = DEFAULT_ATOL) -> float:
     """The atol a stage is held to unless one is given: `base`, or STEPS steps of `dtype` at
-    the reference's largest |value|, whichever is more (1e-5 up to outputs of about 20)."""
+    the reference's largest |value|, whichever is more (1e-5 for outputs below 32)."""
     largest = dtype(np.abs(reference).max(initial=0))
     return max(base, STEPS * float(np.spacing(largest)))
 

@@ -131,7 +131,7 @@ def test_the_output_sits_at_the_word_tables_offset_in_a_page(models):
         out = npbert.embed(weights, np.ones(shape, np.int64))
         assert out.shape == (*shape, weights.config.output_size) and out.dtype == np.float32
         assert out.flags.c_contiguous
-        table = fast.centered_words(weights)
+        table = fast.derived(weights).words
         table = weights.word_embeddings if table is None else table
         assert out.ctypes.data % 4096 == table.ctypes.data % 4096
 
@@ -172,20 +172,20 @@ def test_the_centered_word_table_changes_no_bit(minilm_dir):
     ids = np.random.default_rng(3).integers(0, 30522, (4, 100))
     types = (np.arange(100) >= 60).astype(np.int64)[None].repeat(4, 0)
     looked_up = npbert.embed(weights, ids, types)
-    assert fast.centered_words(weights) is None
+    assert fast.derived(weights).words is None
     fast.centered_table(weights, "always")
-    assert fast.centered_words(weights) is not None
+    assert fast.derived(weights).words is not None
     np.testing.assert_array_equal(npbert.embed(weights, ids, types), looked_up)
     fast.centered_table(weights, "never")
-    assert fast.centered_words(weights) is None
+    assert fast.derived(weights).words is None
 
 
 def test_the_centered_table_is_made_once_it_pays():
     weights = npbert.load_weights(TINY)  # 87 rows
     npbert.embed(weights, np.ones((1, 80), np.int64))
-    assert fast.centered_words(weights) is None
+    assert fast.derived(weights).words is None
     npbert.embed(weights, np.ones((1, 10), np.int64))
-    assert fast.centered_words(weights) is not None
+    assert fast.derived(weights).words is not None
 
 
 def test_centered_table_modes_are_checked(models):

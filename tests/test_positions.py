@@ -219,6 +219,16 @@ def test_plot_without_matplotlib_says_how_to_install_it(tmp_path, capsys, minilm
     assert err.count("\n") == 1 and "pip install 'npbert[plot]'" in err
 
 
+def test_plot_with_part_of_matplotlib_missing_exits_2_in_one_line(
+    tmp_path, capsys, minilm_dir, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
+    path = tmp_path / "positions.png"
+    code, _, err = run(capsys, "positions", "--model", minilm_dir, "--plot", path)
+    assert code == 2 and not path.exists()
+    assert err.count("\n") == 1 and "pip install 'npbert[plot]'" in err, err
+
+
 def test_bad_plot_name_exits_2_before_loading(capsys, tmp_path):
     code, _, err = run(capsys, "positions", "--model", tmp_path / "nothing", "--plot", "x.gif")
     assert code == 2 and err.count("\n") == 1 and "use a .png, .svg or .pdf" in err

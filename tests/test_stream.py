@@ -1018,14 +1018,14 @@ def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir,
     never = npbert.Embedder.from_pretrained(minilm_dir)
     fast.centered_table(never.weights, "never")
     embed_corpus(never, source, tmp_path / "never", workers=1)
-    assert fast.centered_words(never.weights) is None
+    assert fast.derived(never.weights).words is None
     auto = npbert.Embedder.from_pretrained(minilm_dir)
     embed_corpus(auto, source, tmp_path / "auto", workers=1)
-    assert fast.centered_words(auto.weights) is not None
+    assert fast.derived(auto.weights).words is not None
     monkeypatch.setattr(fast, "AUTO_LIMIT", auto.weights.word_embeddings.nbytes - 1)
     too_big = npbert.Embedder.from_pretrained(minilm_dir)
     embed_corpus(too_big, source, tmp_path / "too big", workers=1)
-    assert fast.centered_words(too_big.weights) is None
+    assert fast.derived(too_big.weights).words is None
 
 
 # --- what the input is taken for ------------------------------------------------------------

@@ -746,3 +746,10 @@ def test_vectors_of_a_model_of_few_positions_cut_the_texts_and_say_so(tmp_path):
     assert "cut" not in cases["seed1"]["description"]
     ids = next(rel for rel in cases["pair"]["files"] if rel.endswith("input_ids.npy"))
     assert np.load(tmp_path / "v" / ids).shape == (1, 20)
+
+
+def test_the_default_atol_grows_past_1e_5_from_outputs_of_32():
+    from npbert.verify import default_atol
+
+    assert default_atol(np.array([-31.9, 1.0])) == 1e-5
+    assert default_atol(np.array([1.0, -32.0])) == 4 * float(np.spacing(np.float32(32)))
