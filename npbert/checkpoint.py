@@ -234,8 +234,11 @@ def check_shapes(stored: dict[str, StoredTensor], model_type: str, where: str) -
         agrees = len(tensor.shape) == len(want) and all(
             w is None or w == g for w, g in zip(want, tensor.shape, strict=True)
         )
-        if not agrees or 0 in tensor.shape:
-            shown = tuple("N" if w is None else w for w in want)
+        if 0 in tensor.shape:  # a table of no rows (type_vocab_size 0) or rows of no width
+            raise InputError(f"{where}: {tensor.name} has shape {tensor.shape}: it is empty")
+        if not agrees:
+            shown = ", ".join("N" if w is None else str(w) for w in want)
+            shown = f"({shown},)" if len(want) == 1 else f"({shown})"
             raise InputError(
                 f"{where}: {tensor.name} has shape {tensor.shape}, expected {shown} from the "
                 "other tensors"

@@ -106,9 +106,9 @@ def identify(raw: dict, tensor_names, where: str) -> str:
     if kind != "absolute" and family.positions != "none":  # rotary families have no table
         raise InputError(
             f"{where}: position_embedding_type is {kind!r}, refused: transformers 4 left the "
-            "position table out of the layer for relative types, transformers 5 adds it (it "
-            "reads no such key), so which layer the checkpoint was trained with is not known; "
-            "npbert implements learned absolute positions"
+            "position table out of the layer for any type but 'absolute', transformers 5 adds "
+            "it (it reads no such key), so which layer the checkpoint was trained with is not "
+            "known; npbert implements learned absolute positions"
         )
     return model_type
 

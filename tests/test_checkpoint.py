@@ -160,6 +160,22 @@ def test_tensor_shapes_that_disagree_are_refused(tmp_path):
         npbert.load_weights(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("name", "shape", "message"),
+    [
+        ("token_type_embeddings", (0, 32), r"has shape \(0, 32\): it is empty"),
+        ("position_embeddings", (512, 0), r"has shape \(512, 0\): it is empty"),
+        ("token_type_embeddings", (2, 31), r"has shape \(2, 31\), expected \(N, 32\) from"),
+    ],
+)
+def test_an_empty_or_narrow_table_is_refused_as_such(tmp_path, name, shape, message):
+    tensors = renamed(lambda k: k)
+    tensors[f"bert.embeddings.{name}.weight"] = np.zeros(shape, np.float32)
+    make_checkpoint(tmp_path, tensors)
+    with pytest.raises(InputError, match=message):
+        npbert.load_weights(tmp_path)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.int32])
 def test_tensors_of_other_dtypes_are_refused_with_the_dtypes_npbert_reads(tmp_path, dtype):
     tensors = renamed(lambda k: k)

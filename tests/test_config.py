@@ -95,7 +95,7 @@ def test_config_that_is_not_an_object_is_refused(tmp_path, config, message):
         (
             {"position_embedding_type": "relative_key"},
             "position_embedding_type is 'relative_key', refused: transformers 4 left the position "
-            "table out of the layer for relative types, transformers 5 adds it",
+            "table out of the layer for any type but 'absolute', transformers 5 adds it",
         ),
     ],
 )
@@ -103,6 +103,14 @@ def test_bad_config_fields_are_refused_by_name(tmp_path, changes, message):
     rename = (lambda k: "ernie." + k.removeprefix("bert.")) if "use_task_id" in changes else None
     checkpoint(tmp_path, changes, rename=rename)
     with pytest.raises(InputError, match=message):
+        npbert.load_weights(tmp_path)
+
+
+def test_a_null_position_embedding_type_is_refused_as_unclear(tmp_path):
+    """transformers 4 read null as a type other than 'absolute', and left the table out."""
+    config = json.loads((TINY / "config.json").read_text()) | {"position_embedding_type": None}
+    checkpoint(tmp_path, config=config)
+    with pytest.raises(InputError, match="position_embedding_type is None, refused"):
         npbert.load_weights(tmp_path)
 
 
