@@ -137,7 +137,11 @@ def legacy_bert(raw: dict, names: set, where: str) -> str:
     be wrong."""
     architectures = raw.get("architectures")
     prefixes = ("bert.",) if architectures is None else ("bert.", "")
-    if architectures is not None and not (
+    foreign = [(key, name) for key, name in _layer_keys_under_berts_prefix() if key in raw]
+    if foreign:
+        key, name = foreign[0]
+        reason = f"it has {key}, which {name}'s layer reads (its tensors are named as BERT's)"
+    elif architectures is not None and not (
         isinstance(architectures, list)
         and architectures
         and all(str(a).startswith("Bert") for a in architectures)
@@ -153,6 +157,18 @@ def legacy_bert(raw: dict, names: set, where: str) -> str:
         f"{where} has no model_type and {reason}: add the model_type (one of "
         f"{', '.join(sorted(FAMILIES))})"
     )
+
+
+def _layer_keys_under_berts_prefix() -> list[tuple[str, str]]:
+    """(config key, model_type) for the keys that change the layer of a family other than
+    BERT whose checkpoints name their tensors as BERT's (BigBird's rescale_embeddings)."""
+    return [
+        (key, name)
+        for name, family in FAMILIES.items()
+        if name != "bert" and family.prefix == FAMILIES["bert"].prefix
+        for key in (family.rescale_key, family.sinusoid_key, *family.refuse)
+        if key is not None
+    ]
 
 
 def _bert_tensors(names: set, prefix: str) -> bool:

@@ -243,6 +243,15 @@ def test_without_model_type_bert_is_checked_as_bert_is(tmp_path):
         npbert.load_weights(tmp_path)
 
 
+@pytest.mark.parametrize("rescale", [True, False])
+def test_without_model_type_a_big_bird_config_is_not_read_as_berts(tmp_path, rescale):
+    """BigBird saves its tensors under bert.: its rescale_embeddings, read as BERT, was lost."""
+    checkpoint(tmp_path, {"model_type": None, "architectures": None, "rescale_embeddings": rescale})
+    message = "has no model_type and it has rescale_embeddings, which big_bird's layer reads"
+    with pytest.raises(InputError, match=message):
+        npbert.load_weights(tmp_path)
+
+
 @pytest.mark.parametrize("prefix", ["roberta.", "distilbert."])
 def test_without_model_type_other_tensors_are_refused(tmp_path, prefix):
     checkpoint(tmp_path, {"model_type": None}, rename=lambda k: prefix + k.removeprefix("bert."))
