@@ -179,6 +179,13 @@ def locate_checkpoint(
     return make_config(raw, model_type, {f: t.shape for f, t in stored.items()}, where), stored
 
 
+# Output heads that share the word table's values where the config ties them, and that are all
+# some tools keep of the two (safetensors' save_model keeps the name that sorts first):
+# RoBERTa's lm_head.decoder, BERT's cls.predictions.decoder, ModernBERT's decoder, DistilBERT's
+# vocab_projector.
+TIED_HEADS = ("decoder.weight", "vocab_projector.weight")
+
+
 def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str, str]]:
     """(model_type, EmbeddingWeights field -> tensor name) for a checkpoint whose config.json
     is `raw` and whose tensors are `names`: the family's tensors, under its prefix or none."""
@@ -188,6 +195,13 @@ def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str,
     anchor = family.tensors["word_embeddings"][0]
     prefixes = sorted(name[: -len(anchor)] for name in names if name.endswith(anchor))
     allowed = {"", f"{family.prefix}."} if family.prefix else {""}
+    heads = sorted(name for name in names if name.endswith(TIED_HEADS))
+    if not prefixes and heads:
+        raise InputError(
+            f"{where}: the checkpoint has no {anchor}, only {heads[0]}, an output head that "
+            "transformers ties to it: npbert reads the word table under its own name; save "
+            "the model with transformers' save_pretrained, which stores it so"
+        )
     if len(prefixes) != 1 or prefixes[0] not in allowed:
         found = ", ".join(p + anchor for p in prefixes) or "none"
         raise InputError(

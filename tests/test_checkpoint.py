@@ -152,6 +152,15 @@ def test_a_word_table_that_is_not_2d_is_blamed_for_itself(tmp_path, shape):
         npbert.load_weights(tmp_path)
 
 
+def test_a_word_table_kept_only_as_its_tied_output_head_is_named(tmp_path):
+    word = "bert.embeddings.word_embeddings.weight"
+    head = "cls.predictions.decoder.weight"
+    make_checkpoint(tmp_path, renamed(lambda k: head if k == word else k))
+    message = f"has no embeddings.word_embeddings.weight, only {head}, an output head"
+    with pytest.raises(InputError, match=re.escape(message)):
+        npbert.load_weights(tmp_path)
+
+
 def test_tensor_shapes_that_disagree_are_refused(tmp_path):
     tensors = renamed(lambda k: k)
     tensors["bert.embeddings.LayerNorm.beta"] = np.zeros(31, np.float32)
