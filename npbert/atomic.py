@@ -24,7 +24,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from npbert.errors import InputError
+
 MARK = "npbert-"
+
+
+def check_output_file(path: Path, option: str, suffixes: tuple[str, ...]) -> None:
+    """InputError unless `path`, given as `option`, names a file with one of `suffixes` (any
+    case), not a directory, in a directory that exists."""
+    if path.suffix.lower() not in suffixes:
+        names = f"{', '.join(suffixes[:-1])} or {suffixes[-1]}"
+        raise InputError(f"{option} {path}: use a {names} file name")
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"{option} {path}: directory {directory} does not exist")
+    if path.is_dir():
+        raise InputError(f"{option} {path} is a directory: give a file name")
 
 
 def temporary_name(target: Path) -> Path:

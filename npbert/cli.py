@@ -80,8 +80,9 @@ def run(args) -> int:
         return 130
 
 
-# Where the layer is computed: NumPy's warnings from these lines are about the weights, and
-# so are those NumPy gives from its own files (a mean's sum overflowing: explain, vectors).
+# Where the layer is computed, and cli.py, whose own "NaN or Inf in the output" warning joins
+# them: NumPy's warnings from these lines are about the weights, and so are those NumPy gives
+# from its own files (a mean's sum overflowing: explain, vectors).
 LAYER_FILES = tuple(
     os.path.join(os.path.dirname(__file__), name) for name in ("embedding.py", "fast.py", "cli.py")
 )
@@ -781,8 +782,6 @@ def run_vectors(args) -> int:
 
 
 def metadata(weights, **inputs) -> dict:
-    from npbert import __version__
-
     return {
         "npbert": __version__,
         **weights.source,
@@ -796,16 +795,10 @@ def save(path: Path, output: str, arrays: dict[str, np.ndarray], meta: dict) -> 
     """Write .npz (all arrays and a `metadata` JSON string) or .npy (arrays[output], the
     embeddings or their projection), atomically: a temporary file renamed into place, so an
     interrupted run leaves no partial file."""
-    if path.suffix not in (".npz", ".npy"):
-        raise InputError(f"--out {path}: use a .npz or .npy file name")
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise InputError(f"--out {path}: directory {directory} does not exist")
-    if path.is_dir():
-        raise InputError(f"--out {path} is a directory: give a file name")
-    from npbert.atomic import write_atomically
+    from npbert.atomic import check_output_file, write_atomically
 
-    if path.suffix == ".npz":
+    check_output_file(path, "--out", (".npz", ".npy"))
+    if path.suffix.lower() == ".npz":
         write_atomically(path, lambda f: np.savez(f, **arrays, metadata=np.array(json.dumps(meta))))
     else:
         write_atomically(path, lambda f: np.save(f, arrays[output]))

@@ -23,7 +23,7 @@ Shapes: B batch, L sequence length, V vocabulary, P positions, T token types, E 
 the tables, H the hidden size (E = H but where a projection maps E -> H). A leading (B,) is
 optional throughout. `w` is an npbert.checkpoint.EmbeddingWeights: the arrays, and w.config.
 
-This module imports nothing but NumPy and checks nothing: npbert.model validates the ids first,
+This module imports nothing but NumPy and checks nothing: npbert.inputs validates the ids first,
 because NumPy would silently wrap a negative id to a row from the end.
 """
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npbert.checkpoint import check_weights
+from npbert.checkpoint import EmbeddingWeights, check_weights
 from npbert.errors import InputError
 
 # Tokens per block, as measured on bert-base (scripts/bench.py, AMD EPYC, 1 MiB L2 a core):
@@ -374,7 +374,7 @@ def wide_projection(weights) -> np.ndarray:
 AUTO_LIMIT = 512 * 2**20  # bytes
 
 
-def centered_table(weights, mode: str) -> None:
+def centered_table(weights: EmbeddingWeights, mode: str) -> None:
     """When to make Wc for these weights: "auto" (the default: once as many tokens have been
     embedded as the table has rows, and the table is at most AUTO_LIMIT bytes), "always" (now)
     or "never" (and drop it). Results are the same either way; only speed and memory differ."""

@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -57,6 +56,8 @@ from npbert.header import (
 )
 from npbert.inputs import check_flag, check_path
 from npbert.ranges import RangeIgnored, get_range, network_errors
+
+logger = logging.getLogger(__name__)  # unconfigured, a warning goes to stderr as it is
 
 EMBEDDINGS_DIR = "npbert-embeddings"  # in a snapshot; no Hub repo is expected to have one
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
@@ -307,11 +308,11 @@ def download(repo_id: str, revision: str | None, full: bool, access: Access) -> 
     if not full:
         try:
             fetched = fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
-        except RangeIgnored:
-            print(
-                f"npbert: the server ignored the Range request for {repo_id}; "
-                "downloading the whole weights file instead",
-                file=sys.stderr,
+        except RangeIgnored:  # logged, not printed: library code says what it does this way
+            logger.warning(
+                "npbert: the server ignored the Range request for %s; downloading the whole "
+                "weights file instead",
+                repo_id,
             )
     if fetched is None:
         fetched = _download_whole(repo_id, revision, commit, files, snapshot, config, access)

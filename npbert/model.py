@@ -6,6 +6,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from npbert import fast
 from npbert.checkpoint import EmbeddingWeights, check_weights, load_checkpoint
@@ -70,10 +71,10 @@ def float_dtype(dtype) -> np.dtype:
 
 def embed_stages(
     weights: EmbeddingWeights,
-    input_ids,
-    token_type_ids=None,
-    position_ids=None,
-    attention_mask=None,
+    input_ids: npt.ArrayLike,
+    token_type_ids: npt.ArrayLike | None = None,
+    position_ids: npt.ArrayLike | None = None,
+    attention_mask: npt.ArrayLike | None = None,
     *,
     dtype: type = np.float32,
     project: bool = False,
@@ -82,8 +83,9 @@ def embed_stages(
     specification (npbert.embedding), the reference that `explain`, `compare` and `vectors`
     show. Arguments as embed(); the stages are named word, token_type, position, sum,
     embed_proj (DeBERTa's projection), normalized, embeddings (each where the family has it),
-    and with project=True the projection after the module as "projected" last.
-    Lookups (..., L, E).
+    and with project=True the projection after the module as "projected" last. Each is
+    (..., L, E) or (..., L, H) in dtype; a position stage of default positions is (L, E), shared
+    by the batch.
     """
     check_weights(weights)
     check_flag("project", project)
@@ -108,10 +110,10 @@ def embed_stages(
 
 def embed(
     weights: EmbeddingWeights,
-    input_ids,
-    token_type_ids=None,
-    position_ids=None,
-    attention_mask=None,
+    input_ids: npt.ArrayLike,
+    token_type_ids: npt.ArrayLike | None = None,
+    position_ids: npt.ArrayLike | None = None,
+    attention_mask: npt.ArrayLike | None = None,
     *,
     dtype: type = np.float32,
     project: bool = False,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from npbert.atomic import write_atomically
+from npbert.atomic import check_output_file, write_atomically
 from npbert.errors import InputError
 from npbert.positions import cosine_similarity, sinusoidal_table
 
@@ -22,13 +22,7 @@ INSTALL = "pip install 'npbert[plot]'"
 def check_plot_path(path: Path) -> None:
     """InputError unless path names a .png, .svg or .pdf (not a directory) in a directory
     that exists, and matplotlib is there to draw it: before the analysis, not after."""
-    if path.suffix.lower() not in FORMATS:
-        raise InputError(f"--plot {path}: use a .png, .svg or .pdf file name")
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise InputError(f"--plot {path}: directory {directory} does not exist")
-    if path.is_dir():
-        raise InputError(f"--plot {path} is a directory: give a file name")
+    check_output_file(path, "--plot", FORMATS)
     try:
         import matplotlib  # noqa: F401
     except ImportError:

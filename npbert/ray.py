@@ -10,8 +10,8 @@ local directory, or a Hub repo id fetched into that node's cache: only the embed
 tensors), and embeds on one thread. `embed_corpus_on_ray` is `npbert embed --engine ray`:
 the corpus job of npbert.stream with Ray actors in place of worker processes.
 
-The module is named for what it adds, as the issue asked (npbert.ray); it does not shadow
-the ray package because imports are absolute (`import ray` here is the top-level package).
+The module is named for what it adds (npbert.ray); it does not shadow the ray package
+because imports are absolute (`import ray` here is the top-level package).
 Nothing else in npbert imports it, so npbert's core never imports Ray.
 """
 
@@ -379,10 +379,21 @@ def check_address(address: str | None) -> None:
 
 
 def embed_corpus_on_ray(
-    model, source, directory, *, revision=None, full=False, address=None, workers=None,
-    input_format=None, shard_bytes=1 << 16, truncation=False, resume=False, dtype="float32",
-    progress=None,
-) -> dict:  # fmt: skip
+    model: str | os.PathLike,
+    source: str | os.PathLike,
+    directory: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    full: bool = False,
+    address: str | None = None,
+    workers: int | None = None,
+    input_format: str | None = None,
+    shard_bytes: int = 1 << 16,
+    truncation: bool = False,
+    resume: bool = False,
+    dtype: str = "float32",
+    progress: str | None = None,
+) -> dict:
     """npbert.stream.embed_corpus on a Ray cluster (`address`, or one started here) with
     `workers` actors: the same shards, index and --resume. Returns the index."""
     from npbert.model import Embedder

@@ -49,12 +49,13 @@ from npbert.ragged import embed_encodings
 from npbert.sources import Chunk, Consumed, chunks, input_files, read_chunk, total_size
 
 INDEX = "index.json"
-FORMAT = "npbert corpus embeddings, version 4"  # 3: file names and formats hashed; 4: digest
-# Settings kept for the record, not compared by --resume: where the checkpoint and the input
-# were. Whether they are the same is told by the checkpoint's digest and the input's hash, so
-# a path spelled another way (./a.txt) still resumes, and a checkpoint changed in place does not.
-# Recorded, not compared: paths may change; the formats files are read in are in the input's
-# hash (Consumed), so --input-format txt on a .txt file continues a run that did not give it.
+# An index.json of another version is refused by --resume, which cannot continue it.
+FORMAT = "npbert corpus embeddings, version 4"
+# Settings kept for the record, not compared by --resume. Whether the checkpoint and the input
+# are the same is told by the checkpoint's digest and the input's hash (file names, the formats
+# they are read in, and bytes: Consumed), so a path spelled another way (./a.txt) still resumes,
+# a checkpoint changed in place does not, and --input-format txt on a .txt file continues a run
+# that did not give it.
 RECORDED = ("model", "input", "input_format")
 SHARD_FILES = {  # array -> file name suffix
     "embeddings": "",
