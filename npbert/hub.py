@@ -46,7 +46,7 @@ from npbert.checkpoint import (
     read_index,
 )
 from npbert.config import JSON_ERRORS, read_config
-from npbert.errors import InputError
+from npbert.errors import InputError, first_line
 from npbert.header import (
     TensorHeader,
     header_length,
@@ -338,7 +338,7 @@ def model_info(repo_id: str, revision: str | None, access: Access):
     except json.JSONDecodeError as error:  # before network_errors: requests' is one of them
         raise not_model_info(repo_id, error) from None
     except network_errors() as error:
-        reason = _first_line(error)
+        reason = first_line(error)
         if "timeout" in type(error).__name__.lower():  # each client names its timeouts so
             reason = f"no answer in {first_answer_timeout():g} s; HF_HUB_ETAG_TIMEOUT=S waits S s"
         raise NotFound(
@@ -355,7 +355,7 @@ def not_model_info(repo_id: str, error: Exception) -> InputError:
 
     return InputError(
         f"{constants.ENDPOINT} answered for {repo_id} with what is not a Hub's model info "
-        f"({type(error).__name__}: {_first_line(error)}): is HF_ENDPOINT a Hub?"
+        f"({type(error).__name__}: {first_line(error)}): is HF_ENDPOINT a Hub?"
     )
 
 
@@ -551,7 +551,7 @@ def _serialize(tensors, remotes, weight_map, path: Path, repo_id, commit, full_s
     try:
         serialize_file(specs, path, metadata=metadata)
     except SafetensorError as error:  # safetensors reports the OS's error (a full disk) in it
-        raise cache_write_error(path, _first_line(error)) from None
+        raise cache_write_error(path, first_line(error)) from None
 
 
 def _get(remote: RemoteFile, start: int, end: int, access: Access, bar=None) -> np.ndarray:
@@ -646,7 +646,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
     try:
         yield
     except hf.HFValidationError as error:
-        raise InputError(f"{repo_id!r} is not a valid Hub repo id: {_first_line(error)}") from None
+        raise InputError(f"{repo_id!r} is not a valid Hub repo id: {first_line(error)}") from None
     except hf.GatedRepoError:
         raise InputError(
             f"{repo_id} is gated or private (401/403): accept its terms on the Hub, then pass a "
@@ -669,12 +669,12 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
             "HF_ENDPOINT, and run `npbert fetch` once"
         ) from None
     except hf.EntryNotFoundError as error:
-        raise InputError(f"{at}: file not found ({_first_line(error)})") from None
+        raise InputError(f"{at}: file not found ({first_line(error)})") from None
     except hf.HfHubHTTPError as error:
         raise InputError(f"{at}: the Hub answered {_answer(error)}") from None
     except network_errors() as error:  # requests' errors are OSErrors: before the disk's
         raise InputError(
-            f"{at}: network error talking to {constants.ENDPOINT} ({_first_line(error)}); "
+            f"{at}: network error talking to {constants.ENDPOINT} ({first_line(error)}); "
             "nothing was cached, try again"
         ) from None
     except OSError as error:
@@ -708,10 +708,6 @@ def _answer(error) -> str:
     """An error status as '503 Service Unavailable for URL', whichever client got it."""
     response = error.response
     if response is None:
-        return _first_line(error)
+        return first_line(error)
     reason = getattr(response, "reason_phrase", None) or getattr(response, "reason", "")
     return f"{response.status_code} {reason} for {response.url}"  # httpx's name, requests'
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]

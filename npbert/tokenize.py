@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert.config import read_json_object
-from npbert.errors import InputError
+from npbert.errors import InputError, first_line
 
 # The tokenizers library raises plain Exception for a file it cannot read or a text its
 # model cannot encode (a WordPiece vocabulary without its [UNK] token).
@@ -88,8 +88,7 @@ class Tokenizer:
         try:
             encodings = encode(inputs)
         except TokenizersError as error:
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise InputError(f"{self.name} cannot encode the texts: {first}") from None
+            raise InputError(f"{self.name} cannot encode the texts: {first_line(error)}") from None
         for i, encoding in enumerate(encodings):
             name = names[i] if names else f"text {i}"
             if cut and encoding.overflowing and (lost := self._emptied(encoding, inputs[i])):
@@ -180,9 +179,8 @@ def load_tokenizer(
         try:
             tokenizer = Library.from_file(str(source))
         except TokenizersError as error:
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise InputError(
-                f"{source} is not a tokenizer the tokenizers library reads: {first}"
+                f"{source} is not a tokenizer the tokenizers library reads: {first_line(error)}"
             ) from None
     else:
         tokenizer = _wordpiece(source, _normalizer(settings, directory))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from npbert.errors import InputError
+from npbert.errors import InputError, first_line
 from npbert.inputs import indexed
 from npbert.npyfile import load_npy, load_npz, regular_file
 
@@ -95,7 +95,7 @@ def _load_other(path: Path, suffix: str) -> dict:
     except InputError:  # a ValueError, already saying what is wrong
         raise
     except (SafetensorError, ValueError, OSError, RecursionError) as error:
-        raise InputError(f"candidate {path}: cannot read it ({_first_line(error)})") from None
+        raise InputError(f"candidate {path}: cannot read it ({first_line(error)})") from None
     return data
 
 
@@ -128,10 +128,6 @@ def _load_safetensors(path: Path) -> dict:
                     "give float64, float32, float16 or bfloat16"
                 ) from None
     return arrays
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _numeric(where: str, key: str, value) -> np.ndarray:
