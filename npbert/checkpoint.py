@@ -9,6 +9,7 @@ memory-mapped; float16 and bfloat16 widen to float32 exactly. An integer
 `embeddings.position_ids` buffer, in older exports, is ignored.
 """
 
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -380,3 +381,41 @@ def read_only(array: np.ndarray) -> np.ndarray:
     owner = array if array.base is None else array.base
     owner.flags.writeable = False
     return array.view()
+
+
+NOT_FINITE = "holds NaN or Inf"  # how float32_trouble's message for such a tensor ends
+
+
+def float32_trouble(weights) -> str | None:
+    """What in these weights keeps float32 from computing every token, or None: NaN or Inf,
+    or values so large that something may overflow: a row's sum of squares, at most
+    E (2 S)^2, with S the largest word (BigBird's scale included), type and position values
+    summed (for DeBERTa's projection inside, E S max|W| over H), or gamma times a normalized
+    value (at most sqrt(E)) plus beta. A pass over the tensors (min and max): for corpora,
+    not for a few texts, whose output and NumPy's warnings are checked instead."""
+    largest = {}
+    for name, array in weights.arrays.items():
+        low, high = float(array.min()), float(array.max())
+        if not math.isfinite(low + high):
+            return f"the checkpoint's {name} {NOT_FINITE}"
+        largest[name] = max(-low, high)
+    config = weights.config
+    width = weights.word_embeddings.shape[1]  # E
+    rows = largest["word_embeddings"] * config.word_scale + sum(  # S
+        largest.get(name, 0.0) for name in ("token_type_embeddings", "position_embeddings")
+    )
+    if config.projection == "inside":  # normalized after E -> H
+        rows *= width * largest["projection_weight"]
+        width = weights.projection_weight.shape[0]  # H
+    scaled = largest_output(weights)
+    if max(width * (2 * rows) ** 2, scaled) > float(np.finfo(np.float32).max):
+        return f"the checkpoint's tensors hold values up to {max(largest.values()):.3g}"
+    return None
+
+
+def largest_output(weights) -> float:
+    """The largest |value| the layer can output: gamma times a normalized value (at most
+    sqrt(width) for rows of width values), plus beta."""
+    width = weights.layer_norm_weight.shape[0]
+    bias = 0.0 if weights.layer_norm_bias is None else float(np.abs(weights.layer_norm_bias).max())
+    return float(np.abs(weights.layer_norm_weight).max()) * math.sqrt(width) + bias

@@ -13,12 +13,13 @@ import sys
 import textwrap
 import threading
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from npbert import __version__
+from npbert.checkpoint import NOT_FINITE, float32_trouble, largest_output
 from npbert.errors import InputError, WorkerLost
 from npbert.npyfile import load_npy
 from npbert.verify import DEFAULT_RTOL, STEPS, check_tolerance
@@ -407,7 +408,7 @@ def add_inputs(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclass
-class Inputs:
+class ToEmbed:
     """What to embed: weights and (B, L) ids, from texts or from .npy files."""
 
     weights: object
@@ -425,7 +426,7 @@ class Inputs:
         return args, {"attention_mask": self.attention_mask}
 
 
-def read_inputs(args) -> Inputs:
+def read_inputs(args) -> ToEmbed:
     from npbert.model import Embedder
 
     if args.ids_file is not None:
@@ -445,7 +446,7 @@ def read_inputs(args) -> Inputs:
         "attention_mask": encoding.attention_mask,
     }
     meta = {"texts": args.texts, "pairs": args.pair}
-    return Inputs(
+    return ToEmbed(
         embedder.weights,
         encoding.input_ids,
         encoding.token_type_ids if embedder.weights.config.type_vocab_size else None,
@@ -468,7 +469,7 @@ def some_tokens(encoding):
     return encoding
 
 
-def read_ids(args) -> Inputs:
+def read_ids(args) -> ToEmbed:
     """--ids-file, with --token-type-ids-file and --attention-mask-file where given."""
     from npbert.model import load_weights
 
@@ -493,7 +494,7 @@ def read_ids(args) -> Inputs:
     weights = load_weights(args.model, revision=args.revision, full=args.full)
     check_id_files(args, weights.config, input_ids, token_type_ids, attention_mask)
     meta = {"ids_file": str(args.ids_file)}
-    return Inputs(weights, input_ids, token_type_ids, arrays, meta, attention_mask=attention_mask)
+    return ToEmbed(weights, input_ids, token_type_ids, arrays, meta, attention_mask=attention_mask)
 
 
 # The array each input file holds, as npbert.inputs names it in its errors.
@@ -584,46 +585,6 @@ def check_float32(weights, dtype: str) -> None:
             "largest number (65504): those values are written as Inf; use --dtype float32",
             file=sys.stderr,
         )
-
-
-NOT_FINITE = "holds NaN or Inf"  # how float32_trouble's message for such a tensor ends
-
-
-def float32_trouble(weights) -> str | None:
-    """What in these weights keeps float32 from computing every token, or None: NaN or Inf,
-    or values so large that something may overflow: a row's sum of squares, at most
-    E (2 S)^2, with S the largest word (BigBird's scale included), type and position values
-    summed (for DeBERTa's projection inside, E S max|W| over H), or gamma times a normalized
-    value (at most sqrt(E)) plus beta. A pass over the tensors (min and max): for corpora,
-    not for a few texts, whose output and NumPy's warnings are checked instead."""
-    largest = {}
-    for field in fields(weights):
-        array = getattr(weights, field.name)
-        if isinstance(array, np.ndarray):
-            low, high = float(array.min()), float(array.max())
-            if not math.isfinite(low + high):
-                return f"the checkpoint's {field.name} {NOT_FINITE}"
-            largest[field.name] = max(-low, high)
-    config = weights.config
-    width = weights.word_embeddings.shape[1]  # E
-    rows = largest["word_embeddings"] * config.word_scale + sum(  # S
-        largest.get(name, 0.0) for name in ("token_type_embeddings", "position_embeddings")
-    )
-    if config.projection == "inside":  # normalized after E -> H
-        rows *= width * largest["projection_weight"]
-        width = weights.projection_weight.shape[0]  # H
-    scaled = largest_output(weights)
-    if max(width * (2 * rows) ** 2, scaled) > float(np.finfo(np.float32).max):
-        return f"the checkpoint's tensors hold values up to {max(largest.values()):.3g}"
-    return None
-
-
-def largest_output(weights) -> float:
-    """The largest |value| the layer can output: gamma times a normalized value (at most
-    sqrt(width) for rows of width values), plus beta."""
-    width = weights.layer_norm_weight.shape[0]
-    bias = 0.0 if weights.layer_norm_bias is None else float(np.abs(weights.layer_norm_bias).max())
-    return float(np.abs(weights.layer_norm_weight).max()) * math.sqrt(width) + bias
 
 
 # The corpus options, and what each is when not given: given without --input, refused.

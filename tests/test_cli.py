@@ -806,7 +806,7 @@ def test_float32_trouble_counts_every_step_that_scales(name, change):
     """Each of these passed the bound, and a corpus of them was written wrong, unwarned."""
     import dataclasses
 
-    from npbert.cli import float32_trouble
+    from npbert.checkpoint import float32_trouble
 
     weights = npbert.load_weights(DATA / name)
     assert float32_trouble(weights) is None
