@@ -81,40 +81,67 @@ that disagrees is where the bug is. `npbert compare` does this for one output fi
 def cases(embedder: Embedder) -> dict[str, dict]:
     """name -> {description, input_ids, [token_type_ids], [attention_mask], [texts]}."""
     config, tokenizer = embedder.weights.config, embedder.tokenizer.tokenizer
-
-    def text(description, texts, pairs=None, max_length=None):
-        limit = max_length or config.max_length  # a model of few positions: the texts cut
-        each = zip(texts, pairs or [None] * len(texts), strict=True)
-        longest = max(len(tokenizer.encode(t, p).ids) for t, p in each)
-        if max_length is None and limit is not None and longest > limit:
-            description += f", cut to the model's {limit} positions"
-        encoding = embedder.encode(texts, pairs, truncation=limit is not None, max_length=limit)
-        return {
-            "description": description,
-            "texts": texts,
-            "pairs": pairs,
-            "input_ids": encoding.input_ids,
-            "token_type_ids": encoding.token_type_ids,
-            "attention_mask": encoding.attention_mask,
-        }
-
-    def ids(description, input_ids, token_type_ids=None):
-        input_ids = np.array([input_ids])
-        types = np.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-        return {"description": description, "input_ids": input_ids, "token_type_ids": types}
-
     first, middle, last = _frame(embedder.tokenizer.name, tokenizer)  # specials, text, specials
     made = {
-        f"seed{i}": text(f"a well-known example sentence ({i})", [s]) for i, s in enumerate(SEEDS)
+        f"seed{i}": _text(embedder, f"a well-known example sentence ({i})", [s])
+        for i, s in enumerate(SEEDS)
     }
     types = config.type_vocab_size  # 0: the model has no table, and the tokenizer's go unused
     if not types or max(tokenizer.encode(QUESTION, PASSAGE).type_ids) < types:
         # not where the tokenizer gives sentence B a token type past the model's table (a
         # BERT of type_vocab_size 1): such a model takes no pairs
-        made["pair"] = text("a question/passage pair", [QUESTION], [PASSAGE])
-    made["padded_batch"] = text("the example sentences, padded to the longest", SEEDS)
+        made["pair"] = _text(embedder, "a question/passage pair", [QUESTION], [PASSAGE])
+    made["padded_batch"] = _text(embedder, "the example sentences, padded to the longest", SEEDS)
+    made["longest"] = _longest(embedder)
+    sequence = [*first, *middle, *last]
+    if types:
+        made["every_token_type"] = _ids(
+            f"token types cycling through all {types}",
+            sequence,
+            np.arange(len(sequence))[None] % types,
+        )
+    made["repeated_tokens"] = _ids(
+        "one token repeated: rows differ only by position", [*first, *[middle[0]] * 14, *last]
+    )
+    special = _special_tokens(embedder)
+    if special is not None:
+        made["special_tokens"] = special
+    return made
+
+
+def _text(embedder: Embedder, description: str, texts, pairs=None, max_length=None) -> dict:
+    """A case of texts (and pairs) as the checkpoint's tokenizer encodes them, cut to the
+    model's positions where they are longer (and the description says so)."""
+    config, tokenizer = embedder.weights.config, embedder.tokenizer.tokenizer
+    limit = max_length or config.max_length  # a model of few positions: the texts cut
+    each = zip(texts, pairs or [None] * len(texts), strict=True)
+    longest = max(len(tokenizer.encode(t, p).ids) for t, p in each)
+    if max_length is None and limit is not None and longest > limit:
+        description += f", cut to the model's {limit} positions"
+    encoding = embedder.encode(texts, pairs, truncation=limit is not None, max_length=limit)
+    return {
+        "description": description,
+        "texts": texts,
+        "pairs": pairs,
+        "input_ids": encoding.input_ids,
+        "token_type_ids": encoding.token_type_ids,
+        "attention_mask": encoding.attention_mask,
+    }
+
+
+def _ids(description: str, input_ids: list[int], token_type_ids=None) -> dict:
+    """A case of one sequence of ids, token types 0 unless given."""
+    input_ids = np.array([input_ids])  # (1, L)
+    types = np.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    return {"description": description, "input_ids": input_ids, "token_type_ids": types}
+
+
+def _longest(embedder: Embedder) -> dict:
+    """The longest sequence the model allows (LONGEST tokens where it has no limit)."""
+    config = embedder.weights.config
     length = min(config.max_length or 512, LONGEST)  # no limit: a length BERT allows
-    made["longest"] = text(
+    case = _text(
+        embedder,
         f"the longest allowed sequence: {length} tokens"
         if length == config.max_length
         else f"a long sequence: {length} tokens (the model allows "
@@ -122,17 +149,14 @@ def cases(embedder: Embedder) -> dict[str, dict]:
         [" ".join([PASSAGE] * length)],  # cut to `length` tokens
         max_length=length,
     )
-    made["longest"]["description"] += ", a passage repeated and cut to that length"
-    sequence = [*first, *middle, *last]
-    if config.type_vocab_size:
-        made["every_token_type"] = ids(
-            f"token types cycling through all {config.type_vocab_size}",
-            sequence,
-            np.arange(len(sequence))[None] % config.type_vocab_size,
-        )
-    made["repeated_tokens"] = ids(
-        "one token repeated: rows differ only by position", [*first, *[middle[0]] * 14, *last]
-    )
+    case["description"] += ", a passage repeated and cut to that length"
+    return case
+
+
+def _special_tokens(embedder: Embedder) -> dict | None:
+    """The tokenizer's special tokens that have a row (the first SPECIAL), then two pads; None
+    where there are neither."""
+    config, tokenizer = embedder.weights.config, embedder.tokenizer.tokenizer
     special = sorted(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special)
     # Tokens added to a tokenizer without resizing the model's table have no row: none to test.
     rowless = sum(i >= config.vocab_size for i in special)
@@ -142,12 +166,12 @@ def cases(embedder: Embedder) -> dict[str, dict]:
     if len(special) > SPECIAL:
         left_out.append(f"{len(special) - SPECIAL} past the first {SPECIAL}")
     left_out = f" ({' and '.join(left_out)} left out)" if left_out else ""
-    if special or pad:
-        made["special_tokens"] = ids(
-            f"every special token of the tokenizer{left_out}, then two pads",
-            [*special[:SPECIAL], *pad],
-        )
-    return made
+    if not (special or pad):
+        return None
+    return _ids(
+        f"every special token of the tokenizer{left_out}, then two pads",
+        [*special[:SPECIAL], *pad],
+    )
 
 
 def _frame(name: str, tokenizer) -> tuple[list[int], list[int], list[int]]:
