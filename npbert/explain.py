@@ -135,21 +135,7 @@ def explain(
     stages = embed_stages(*args, **kwargs)
     input_ids, types, positions = used.input_ids, used.token_type_ids, used.position_ids
     final = stages.get("projected", stages["embeddings"])
-    embedded = embed(*args, **kwargs)
-    bad = ~np.isfinite(final)  # NaN or Inf from the weights: compared as equal where both are
-    diff = float(np.abs(final - embedded)[~bad].max(initial=0))
-    diff = diff if np.array_equal(bad, ~np.isfinite(embedded)) else np.inf
-    # embed() is the fast path, which rounds in another order (within 2e-6): held to compare's
-    # default tolerance against the step-by-step output
-    bound = default_atol(np.where(bad, 0, final))
-
-    columns = ["input_id", *(["token_type_id"] if types is not None else [])]
-    columns += ["position_id"] if positions is not None else []
-    table = [f"   {'i':>3} {'token':<14} " + "  ".join(f"{c:>13}" for c in columns)]
-    values = [input_ids, *([types] if types is not None else [])]
-    values += [positions] if positions is not None else []
-    for i, token in enumerate(tokens):
-        table.append(f"   {i:>3} {token:<14} " + "  ".join(f"{int(v[i]):>13}" for v in values))
+    diff, bad, bound = _distance(final, embed(*args, **kwargs))
 
     labels = [f"{i:>3} {token}" for i, token in enumerate(tokens)]
     titles = stage_titles(weights, stages, types, positions)
@@ -159,7 +145,7 @@ def explain(
         f"   {config.formula}",
         "",
         "1. Tokens and their ids",
-        *table,
+        *_id_table(tokens, input_ids, types, positions),
     ]
     steps = []  # (title, rows or None): the stages, and dropout where the module applies it
     for name, matrix in stages.items():
@@ -180,6 +166,30 @@ def explain(
             "large (npbert inspect counts them)."
         )
     return "\n".join(lines), diff <= bound
+
+
+def _distance(final: np.ndarray, embedded: np.ndarray) -> tuple[float, np.ndarray, float]:
+    """(max |final - embedded|, where final is NaN or Inf, the bound it is held to) for the
+    step-by-step output and embed()'s, (L, E) each; inf where they are not finite alike."""
+    bad = ~np.isfinite(final)  # NaN or Inf from the weights: compared as equal where both are
+    diff = float(np.abs(final - embedded)[~bad].max(initial=0))
+    diff = diff if np.array_equal(bad, ~np.isfinite(embedded)) else np.inf
+    # embed() is the fast path, which rounds in another order (within 2e-6): held to compare's
+    # default tolerance against the step-by-step output
+    return diff, bad, default_atol(np.where(bad, 0, final))
+
+
+def _id_table(tokens: list[str], input_ids, types, positions) -> list[str]:
+    """The tokens with their ids, and their token types and positions where the family has
+    them, one line a token under a header."""
+    columns = ["input_id", *(["token_type_id"] if types is not None else [])]
+    columns += ["position_id"] if positions is not None else []
+    table = [f"   {'i':>3} {'token':<14} " + "  ".join(f"{c:>13}" for c in columns)]
+    values = [input_ids, *([types] if types is not None else [])]
+    values += [positions] if positions is not None else []
+    for i, token in enumerate(tokens):
+        table.append(f"   {i:>3} {token:<14} " + "  ".join(f"{int(v[i]):>13}" for v in values))
+    return table
 
 
 def check_one_text(tokens: list[str], input_ids: np.ndarray) -> None:
