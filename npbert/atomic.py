@@ -33,7 +33,7 @@ def check_output_file(path: Path, option: str, suffixes: tuple[str, ...]) -> Non
     """InputError unless `path`, given as `option`, names a file with one of `suffixes` (any
     case), not a directory, in a directory that exists."""
     if path.suffix.lower() not in suffixes:
-        names = f"{', '.join(suffixes[:-1])} or {suffixes[-1]}"
+        names = " or ".join(filter(None, [", ".join(suffixes[:-1]), suffixes[-1]]))
         raise InputError(f"{option} {path}: use a {names} file name")
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():

@@ -199,9 +199,10 @@ def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str,
     heads = sorted(name for name in names if name.endswith(TIED_HEADS))
     if not prefixes and heads:
         raise InputError(
-            f"{where}: the checkpoint has no {anchor}, only {heads[0]}, an output head that "
-            "transformers ties to it: npbert reads the word table under its own name; save "
-            "the model with transformers' save_pretrained, which stores it so"
+            f"{where}: the checkpoint has no {anchor}, only {heads[0]}, an output head (which "
+            "holds the word table where the config ties them): npbert reads the word table "
+            "under its own name; save the model with transformers' save_pretrained, which "
+            "stores it so"
         )
     if len(prefixes) != 1 or prefixes[0] not in allowed:
         found = ", ".join(p + anchor for p in prefixes) or "none"

@@ -6,6 +6,7 @@ line; a traceback is a bug.
 
 import argparse
 import json
+import logging
 import math
 import os
 import signal
@@ -51,8 +52,26 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class Said(logging.Handler):
+    """What npbert's modules log (a warning, such as hub's Range fallback), shown as the CLI's
+    other warnings are: one line on standard error, whichever stream that is at the time."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"npbert: warning: {record.getMessage()}", file=sys.stderr)
+
+
+def say_logged() -> None:
+    """Show npbert's logged warnings through Said (once, however often main runs), not also
+    through whatever handlers the root logger has."""
+    logger = logging.getLogger("npbert")
+    if not any(isinstance(handler, Said) for handler in logger.handlers):
+        logger.addHandler(Said(logging.WARNING))
+        logger.propagate = False
+
+
 def run(args) -> int:
     """The command, its errors turned into one line and an exit status."""
+    say_logged()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
@@ -532,7 +551,7 @@ def run_embed(args) -> int:
         option = "--" + given[0].replace("_", "-")
         raise InputError(f"{option} goes with --input (a corpus); it does nothing here")
 
-    if args.stages and (args.out is None or args.out.suffix != ".npz"):
+    if args.stages and (args.out is None or args.out.suffix.lower() != ".npz"):
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")
     inputs = read_inputs(args)
     positional, keywords = inputs.embed_args()

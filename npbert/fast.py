@@ -365,7 +365,9 @@ def wide_projection(weights) -> np.ndarray:
     """DeBERTa's projection weight (H, E) in float64 for project_centered, made once."""
     record = derived(weights)
     if record.projection is None:
-        record.projection = weights.projection_weight.astype(np.float64)
+        with _lock:
+            if record.projection is None:
+                record.projection = weights.projection_weight.astype(np.float64)
     return record.projection
 
 

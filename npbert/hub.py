@@ -57,7 +57,7 @@ from npbert.header import (
 from npbert.inputs import check_flag, check_path
 from npbert.ranges import RangeIgnored, get_range, network_errors
 
-logger = logging.getLogger(__name__)  # unconfigured, a warning goes to stderr as it is
+logger = logging.getLogger(__name__)
 
 EMBEDDINGS_DIR = "npbert-embeddings"  # in a snapshot; no Hub repo is expected to have one
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
@@ -308,10 +308,10 @@ def download(repo_id: str, revision: str | None, full: bool, access: Access) -> 
     if not full:
         try:
             fetched = fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
-        except RangeIgnored:  # logged, not printed: library code says what it does this way
+        except RangeIgnored:  # logged, not printed: the CLI shows it as npbert's warnings
             logger.warning(
-                "npbert: the server ignored the Range request for %s; downloading the whole "
-                "weights file instead",
+                "the server ignored the Range request for %s; downloading the whole weights "
+                "file instead",
                 repo_id,
             )
     if fetched is None:

@@ -255,10 +255,11 @@ def test_out_naming_a_directory_is_one_line_that_names_it(capsys, tmp_path):
     assert err.count("\n") == 1 and not list((tmp_path / "d.npz").iterdir())
 
 
-@pytest.mark.parametrize("suffix", [".NPZ", ".Npy"])
-def test_out_suffixes_are_read_in_any_case(capsys, tmp_path, suffix):
+@pytest.mark.parametrize(("suffix", "stages"), [(".NPZ", False), (".Npy", False), (".NPZ", True)])
+def test_out_suffixes_are_read_in_any_case(capsys, tmp_path, suffix, stages):
     path = tmp_path / f"e{suffix}"
-    code, _, _ = run(capsys, "embed", "x", "--model", TINY, "--out", str(path))
+    argv = ["embed", "x", "--model", TINY, "--out", str(path), *(["--stages"] if stages else [])]
+    code, _, _ = run(capsys, *argv)
     magic = b"PK" if suffix.lower() == ".npz" else b"\x93NUMPY"  # a zip, or one array
     assert code == 0 and path.read_bytes().startswith(magic)
 
