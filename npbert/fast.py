@@ -241,7 +241,7 @@ def project_rows(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:
             out[start:] = np.matmul(padded, weight.T)[: len(rows)]
 
 
-def project_centered(x: np.ndarray, weight: np.ndarray, wide: np.ndarray, out: np.ndarray):
+def project_centered(x: np.ndarray, weight: np.ndarray, wide: np.ndarray, out: np.ndarray) -> None:
     """out = x @ weight.T minus each row's mean, for DeBERTa's projection inside the layer:
     x (n, E) float32, weight (H, E) float64, wide (n, H) float64 scratch, out (n, H) float32.
 
