@@ -833,6 +833,13 @@ def randomize_norm(norm: torch.nn.Module) -> None:
             norm.bias.normal_(0.0, 0.1)
 
 
+def randomize_bias(projection: torch.nn.Linear) -> None:
+    """Move a projection's bias away from the 0 transformers initializes it to, so that a port
+    that leaves it out, or adds it before projecting, fails against these checkpoints."""
+    with torch.no_grad():
+        projection.bias.normal_(0.0, 0.1)
+
+
 def build_checkpoint(family: Family) -> Path:
     """tests/data/tiny-<name>: the model saved by its own class, and its tokenizer."""
     directory = DATA / f"tiny-{family.name}"
@@ -851,6 +858,8 @@ def build_checkpoint(family: Family) -> Path:
         config = family.model_class.config_class(**family.config, **sizes)
         model = family.model_class(config).eval()
         randomize_norm(getattr(model.base_model.embeddings, family.norm))
+        if family.projection:
+            randomize_bias(operator.attrgetter(family.projection)(model.base_model))
         model.save_pretrained(directory)
         config = config.to_dict()
     if tokenizer is not None:

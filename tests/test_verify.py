@@ -696,6 +696,26 @@ def test_a_candidate_of_the_projected_output_alone_is_checked():
     assert report["stages"]["projected"]["worst"]["index"][-1] == 3
 
 
+@pytest.mark.parametrize("family", ["albert", "electra", "roformer"])
+def test_a_projection_without_its_bias_fails_on_the_test_checkpoints(family):
+    # transformers initializes the bias to 0: the checkpoints randomize it (make_goldens.py),
+    # or a port that leaves it out would pass against them and their vectors.
+    from npbert.verify import compare as compare_stages
+
+    weights = npbert.load_weights(TINY.parent / f"tiny-{family}")
+    ids = np.array([[2, 7, 5, 3]])
+    references = [
+        npbert.embed_stages(weights, ids, dtype=d, project=True) for d in (np.float64, np.float32)
+    ]
+    unbiased = references[1]["embeddings"] @ weights.projection_weight.T  # (1, 4, H)
+    report = compare_stages({"projected": unbiased}, *references, atol=None, rtol=0)
+    assert report["first_disagreeing_stage"] == "projected"
+    report = compare_stages(
+        {"projected": unbiased + weights.projection_bias}, *references, atol=None, rtol=0
+    )
+    assert report["ok"]
+
+
 def test_compare_takes_what_embed_stages_out_writes_as_load_candidate_does(tmp_path, capsys):
     from npbert.verify import compare as compare_stages
 
