@@ -290,8 +290,8 @@ def add_compare(commands) -> None:
         metavar="CANDIDATE",
         help="the output to check: .npy (the embeddings, or projected, told by its shape), .npz "
         "or .safetensors (embeddings or "
-        "projected, and any stages: word, token_type, position, sum, embed_proj, normalized), "
-        "or .json",
+        "projected, and any stages: word, token_type, position, sum, embed_proj, normalized; "
+        "input_ids, token_type_ids, position_ids, attention_mask, checked first), or .json",
     )
     add_inputs(compare)
     compare.add_argument(
@@ -444,6 +444,21 @@ class ToEmbed:
         args = (self.weights, self.input_ids, self.token_type_ids)
         return args, {"attention_mask": self.attention_mask}
 
+    def reference_inputs(self) -> dict:
+        """The inputs the layer takes, the family's defaults filled in, as compare() checks a
+        candidate's: {name: array, or None where the layer takes none}."""
+        from npbert.inputs import prepare_inputs
+
+        args = (self.input_ids, self.token_type_ids, None, self.attention_mask)
+        used = prepare_inputs(self.weights.config, *args)
+        mask = used.attention_mask
+        return {
+            "input_ids": used.input_ids,
+            "token_type_ids": used.token_type_ids,
+            "position_ids": used.position_ids,
+            "attention_mask": np.ones_like(used.input_ids) if mask is None else mask,
+        }
+
 
 def read_inputs(args) -> ToEmbed:
     from npbert.model import Embedder
@@ -512,8 +527,25 @@ def read_ids(args) -> ToEmbed:
     }
     weights = load_weights(args.model, revision=args.revision, full=args.full)
     check_id_files(args, weights.config, input_ids, token_type_ids, attention_mask)
+    if attention_mask is None:
+        warn_unmasked_padding(weights.config, np.asarray(input_ids))
     meta = {"ids_file": str(args.ids_file)}
     return ToEmbed(weights, input_ids, token_type_ids, arrays, meta, attention_mask=attention_mask)
+
+
+def warn_unmasked_padding(config, input_ids: np.ndarray) -> None:
+    """One line on stderr where a family that zeroes padding (DeBERTa) gets ids holding its
+    pad id and no mask: every token counts as real, which a port that zeroes padding by the
+    ids, or one that forgets to, would not show."""
+    pad = config.pad_token_id
+    if not config.family.masks_padding or pad is None or not (input_ids == pad).any():
+        return
+    print(
+        f"npbert: warning: --ids-file holds the pad id {pad} ({int((input_ids == pad).sum())} "
+        f"of {input_ids.size} ids), and no --attention-mask-file is given: every token counts "
+        f"as real, where {config.model_type} zeroes the padding the mask marks",
+        file=sys.stderr,
+    )
 
 
 # The array each input file holds, as npbert.inputs names it in its errors.
@@ -723,7 +755,9 @@ def run_compare(args) -> int:
         embed_stages(*positional, **keywords, dtype=dtype, project=True)
         for dtype in (np.float64, np.float32)
     ]
-    report = compare(candidate, *references, atol=args.atol, rtol=args.rtol)
+    report = compare(
+        candidate, *references, atol=args.atol, rtol=args.rtol, inputs=inputs.reference_inputs()
+    )
     print(to_json(report) if args.json else format_report(report))
     return 0 if report["ok"] else 1
 

@@ -5,6 +5,8 @@ float32 output is reported beside it. A candidate passes when every stage it pro
 within atol + rtol * |reference| of the float64 reference, in the order the family computes
 them: the lookups (word, token_type, position), their sum, a projection, the normalized sum,
 the output (and a projection after it). The first stage that does not is where the bug is.
+Before them come the candidate's inputs, where it gives them, checked value for value against
+the reference's: a tokenizer's mistake is named before the lookups it leads to.
 """
 
 import json
@@ -38,8 +40,11 @@ OUTPUTS = ("embeddings", "projected")
 # A .npy's one array, or a JSON file's one list: an output, named by its shape (named_output).
 OUTPUT = "output"
 
-# What npbert embed --out writes beside the embeddings: inputs, not stages to check.
-INPUTS = ("input_ids", "token_type_ids", "position_ids", "attention_mask", "metadata")
+# The inputs a candidate may give beside its stages (what npbert embed --out writes): checked
+# against the reference's before any stage, as tokenizing is the step before the lookups.
+INPUTS = ("input_ids", "token_type_ids", "position_ids", "attention_mask")
+# What npbert embed --out also writes: neither an input nor a stage, left out.
+METADATA = "metadata"
 
 DEFAULT_ATOL = 1e-5  # what Hugging Face's and ONNX export checks use
 DEFAULT_RTOL = 0.0
@@ -75,13 +80,14 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise InputError(
             f"candidate {path}: no 'embeddings' or 'projected' array (it has {sorted(arrays)})"
         )
-    unknown = sorted(set(arrays) - set(STAGES) - set(INPUTS))
+    unknown = sorted(set(arrays) - set(STAGES) - set(INPUTS) - {METADATA})
     if unknown:  # a misspelled stage would otherwise go unchecked
         raise InputError(
             f"candidate {path}: {', '.join(map(repr, unknown))} is not a stage npbert knows "
-            f"(stages: {', '.join(STAGES)}; inputs ignored: {', '.join(INPUTS)})"
+            f"(stages: {', '.join(STAGES)}; inputs: {', '.join(INPUTS)})"
         )
-    return {key: _numeric(f"candidate {path}", key, arrays[key]) for key in STAGES if key in arrays}
+    known = (key for key in (*INPUTS, *STAGES) if key in arrays)
+    return {key: _numeric(f"candidate {path}", key, arrays[key]) for key in known}
 
 
 def _load_other(path: Path, suffix: str) -> dict:
@@ -281,15 +287,23 @@ def check_tolerance(name: str, value) -> float:
     return tolerance
 
 
-def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol) -> dict:
+def compare(
+    candidate: dict, reference64: dict, reference32: dict, *, atol, rtol, inputs: dict | None = None
+) -> dict:
     """The full report: every provided stage in order, the first that disagrees, and for the
     output its float32 ULP error and per-token cosine similarity. atol None: each stage's
     default_atol. A reference64 with NaN or Inf is refused: a candidate cannot be right or
-    wrong against it."""
+    wrong against it.
+
+    inputs: the reference's inputs, {name: array} as INPUTS names them (None where the layer
+    takes none). The candidate's arrays of those names are checked first, value for value: a
+    tokenizer's mistake shows there, before the lookups. Without it, they are left out."""
     check_finite(reference64, "npbert's float64 reference")
     atol = None if atol is None else check_tolerance("atol", atol)
     rtol = check_tolerance("rtol", rtol)
+    given = candidate
     candidate = checked_candidate(candidate, reference64)
+    checked_inputs = compare_inputs({k: v for k, v in given.items() if k in INPUTS}, inputs or {})
     batch = batch_size(reference64)
     with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
         stages = [
@@ -304,17 +318,59 @@ def compare(candidate: dict, reference64: dict, reference32: dict, *, atol, rtol
             for s in stages
             if s.name in OUTPUTS and s.shape_ok
         }
-    first_bad = next((s.name for s in stages if not s.ok), None)
+    bad_inputs = (name for name, result in checked_inputs.items() if not result["ok"])
+    first_bad = next(bad_inputs, None) or next((s.name for s in stages if not s.ok), None)
     report = {
         "ok": first_bad is None,
         "tolerance": {"atol": atol, "rtol": rtol, "against": "npbert float64 reference"},
         "first_disagreeing_stage": first_bad,
+        "inputs": checked_inputs,
         "stages": {s.name: _stage_dict(s) for s in stages},
     }
     report.update(summaries)
-    if _projected_as_embeddings(candidate, reference64):
-        report["stages"]["embeddings"]["note"] = PROJECTED_AS_EMBEDDINGS
+    for name, note in stage_notes(candidate, reference64, stages, OUTPUT in given).items():
+        report["stages"][name]["note"] = note
     return report
+
+
+def compare_inputs(given: dict, reference: dict) -> dict:
+    """Each input the candidate gives that the reference has, value for value: {name: {"ok",
+    "differ", "of", "first": {index, candidate, reference}}}, or {"ok": False,
+    "candidate_shape", "expected_shape"} where neither shape broadcasts to the other (the
+    (L,) position ids a batch shares against (B, L) ones do)."""
+    results = {}
+    for name in INPUTS:
+        if name not in given or reference.get(name) is None:
+            continue
+        mine, expected = _numeric("the candidate", name, given[name]), np.asarray(reference[name])
+        shape = _one_broadcasts(mine.shape, expected.shape)
+        if shape is None:
+            results[name] = {
+                "ok": False,
+                "candidate_shape": list(mine.shape),
+                "expected_shape": list(expected.shape),
+            }
+            continue
+        mine, expected = np.broadcast_to(mine, shape), np.broadcast_to(expected, shape)
+        differ = mine != expected  # (B, L) or (L,); NaN differs from every id
+        results[name] = {"ok": not differ.any(), "differ": int(differ.sum()), "of": differ.size}
+        if differ.any():
+            at = tuple(np.argwhere(differ)[0])
+            results[name]["first"] = {
+                "index": [int(i) for i in at],
+                "candidate": mine[at].item(),
+                "reference": expected[at].item(),
+            }
+    return results
+
+
+def _one_broadcasts(a: tuple, b: tuple) -> tuple | None:
+    """The larger of two shapes where the other broadcasts to it, else None."""
+    try:
+        shape = np.broadcast_shapes(a, b)
+    except ValueError:
+        return None
+    return shape if shape in (a, b) else None
 
 
 def checked_candidate(candidate, reference64: dict) -> dict:
@@ -323,7 +379,7 @@ def checked_candidate(candidate, reference64: dict) -> dict:
     load_candidate leaves them; or InputError."""
     if not isinstance(candidate, dict) or not all(isinstance(k, str) for k in candidate):
         raise InputError("the candidate must be a dict of stage names (str) to arrays")
-    candidate = {key: value for key, value in candidate.items() if key not in INPUTS}
+    candidate = {k: v for k, v in candidate.items() if k not in INPUTS and k != METADATA}
     candidate = named_output(candidate, reference64)
     if not set(OUTPUTS) & set(candidate):
         raise InputError(
@@ -374,34 +430,119 @@ def _widened(name: str, array: np.ndarray, reference64: np.ndarray, batch) -> np
     return array.astype(np.float64, copy=False)
 
 
+# Hints on a stage's line of the report, where its shape or its values say more than its
+# errors do (stage_notes).
 PROJECTED_AS_EMBEDDINGS = (
     "this is the shape of 'projected', the projection to the hidden size: give it under "
     "that name (an .npz or .safetensors array)"
 )
+EMBEDDINGS_AS_PROJECTED = (
+    "this is the shape of 'embeddings', the layer's output before the projection to the "
+    "hidden size: is the projection left out?"
+)
+BEFORE_PROJECTION = (
+    "checked as the layer's output, before the projection to the hidden size that follows "
+    "it ('projected', what the first encoder layer receives)"
+)
+PER_SEQUENCE = (
+    "the reference's position rows differ between sequences (positions derived from each "
+    "sequence's padding): give them per sequence"
+)
 
 
-def _projected_as_embeddings(candidate: dict, reference64: dict) -> bool:
-    """Whether the candidate's 'embeddings' fail by shape where they would fit 'projected'
-    (a .npy of the output the first encoder layer receives, for ALBERT, say)."""
-    if "projected" not in reference64 or "projected" in candidate or "embeddings" not in candidate:
+def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool) -> dict[str, str]:
+    """{stage: note} for the report. bare: the candidate's output came unnamed (a .npy), and
+    was taken as the layer's output or its projection by its shape."""
+    notes = {}
+    results = {stage.name: stage for stage in stages}
+    if _fits_other("embeddings", "projected", candidate, reference64):
+        notes["embeddings"] = PROJECTED_AS_EMBEDDINGS
+    elif bare and "projected" in reference64 and "embeddings" in candidate:
+        notes["embeddings"] = BEFORE_PROJECTION
+    if _fits_other("projected", "embeddings", candidate, reference64):
+        notes["projected"] = EMBEDDINGS_AS_PROJECTED
+    position = results.get("position")
+    if position is not None and not position.shape_ok:
+        shape, expected = position.shapes
+        if len(shape) == 2 and len(expected) == 3 and shape == expected[1:]:
+            notes["position"] = PER_SEQUENCE
+    for stage in stages:
+        if stage.shape_ok and not stage.ok and stage.name not in notes:
+            values = candidate[stage.name]
+            expected, _ = _align(
+                stage.name, values, reference64[stage.name], batch_size(reference64)
+            )
+            note = narrow_format(values, expected)
+            if note:
+                notes[stage.name] = note
+    return notes
+
+
+def _fits_other(name: str, other: str, candidate: dict, reference64: dict) -> bool:
+    """Whether the candidate's `name` fails by shape where it would fit `other` (a .npy of
+    what the first encoder layer receives, for ALBERT, say, or the reverse)."""
+    if other not in reference64 or other in candidate or name not in candidate:
         return False
-    embeddings = candidate["embeddings"]
     return (
-        _align("embeddings", embeddings, reference64["embeddings"])[0] is None
-        and _align("projected", embeddings, reference64["projected"])[0] is not None
+        _align(name, candidate[name], reference64[name])[0] is None
+        and _align(other, candidate[name], reference64[other])[0] is not None
     )
 
 
+def narrow_format(values: np.ndarray, reference64: np.ndarray) -> str | None:
+    """A note where every value (not all whole numbers) is a float16 or bfloat16 number: the
+    candidate was stored or computed in it, and rounding the reference to it alone puts it
+    that far away (a failure that may be the format, not the math); None otherwise."""
+    if values.size == 0 or np.array_equal(values, np.round(values), equal_nan=True):
+        return None
+    reference = reference64
+    with np.errstate(all="ignore"):  # casts of a candidate's huge values overflow: not these
+        # bfloat16 first: its numbers (8 significant bits) within float16's range are float16
+        # numbers too (11 bits), while float16's are seldom all bfloat16's.
+        if _is_bfloat16(values):
+            name, rounded = "bfloat16", _to_bfloat16(reference)
+        elif np.array_equal(values, values.astype(np.float16), equal_nan=True):
+            name, rounded = "float16", reference.astype(np.float16)
+        else:
+            return None
+        distance = float(np.abs(rounded - reference).max())
+    return (
+        f"every value is a {name} number: the reference rounded to {name} is itself "
+        f"{distance:.3g} from the reference"
+    )
+
+
+def _is_bfloat16(values: np.ndarray) -> bool:
+    """Whether every value is a float32 whose lower 16 bits are 0: a bfloat16 number."""
+    narrow = values.astype(np.float32)
+    same = np.array_equal(values, narrow, equal_nan=True)
+    return same and not (narrow.view(np.uint32) & 0xFFFF).any()
+
+
+def _to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """values rounded to the nearest bfloat16 (ties to even), as float32: NumPy has no
+    bfloat16, and this is how torch rounds float32 to it."""
+    bits = values.astype(np.float32).view(np.uint32)
+    bits = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return bits.view(np.float32)
+
+
 def output_summary(name: str, candidate: dict, reference64: dict) -> dict:
-    """An output's float32 ULPs from the float64 reference and its worst token's cosine."""
+    """An output's float32 ULPs from the float64 reference and its worst token's cosine.
+
+    ULPs leave out the values where the reference is exactly 0 (DeBERTa's padding rows): a
+    float32 step there is 1.4e-45, and a candidate that gets 0 would pull the median down as
+    much as one off by 1e-8 would push the maximum to 1e37; max |diff| covers them."""
     expected, _ = _align(name, candidate[name], reference64[name])
-    ulp = ulps(candidate[name], expected)
+    nonzero = expected != 0
+    ulp = ulps(candidate[name][nonzero], expected[nonzero])  # (values,)
     ulp[np.isnan(ulp)] = np.inf
     cos = cosines(candidate[name], expected)  # (..., L)
     cos[np.isnan(cos)] = -np.inf  # a token with NaN is the worst token
     return {
-        "max_ulp_float32": float(ulp.max()),
-        "median_ulp_float32": float(np.median(ulp)),
+        "max_ulp_float32": float(ulp.max(initial=0)),
+        "median_ulp_float32": float(np.median(ulp)) if ulp.size else 0.0,
+        "zero_reference_values": int(nonzero.size - nonzero.sum()),
         "min_token_cosine": float(cos.min()),
         "worst_token": [int(i) for i in np.unravel_index(np.argmin(cos), cos.shape)],
     }
@@ -426,6 +567,19 @@ def _stage_dict(stage: StageResult) -> dict:
     }
 
 
+def _input_line(name: str, result: dict) -> str:
+    if "candidate_shape" in result:
+        shapes = f"candidate {tuple(result['candidate_shape'])}, "
+        return f"  {name:<14} SHAPE  {shapes}expected {tuple(result['expected_shape'])}"
+    if result["ok"]:
+        return f"  {name:<14} ok     all {result['of']} as the reference's"
+    first = result["first"]
+    return (
+        f"  {name:<14} FAIL   {result['differ']} of {result['of']} differ; the first at "
+        f"{tuple(first['index'])}: {first['candidate']} vs {first['reference']}"
+    )
+
+
 DEFAULT_ATOL_TEXT = f"{DEFAULT_ATOL:g} (or {STEPS} float32 steps of a stage's largest value)"
 
 
@@ -434,32 +588,37 @@ def format_report(report: dict) -> str:
     tol = report["tolerance"]
     atol = DEFAULT_ATOL_TEXT if tol["atol"] is None else f"{tol['atol']:g}"
     lines = [f"tolerance: atol {atol}, rtol {tol['rtol']:g} ({tol['against']})"]
+    lines += [_input_line(name, result) for name, result in report["inputs"].items()]
     for name, stage in report["stages"].items():
         if "max_abs" not in stage:
             lines.append(
-                f"  {name:<11} SHAPE  candidate {tuple(stage['candidate_shape'])}, "
+                f"  {name:<14} SHAPE  candidate {tuple(stage['candidate_shape'])}, "
                 f"expected {tuple(stage['expected_shape'])}"
             )
             if "note" in stage:
-                lines.append(f"  {'':<11} note:  {stage['note']}")
+                lines.append(f"  {'':<14} note:  {stage['note']}")
             continue
         worst = stage["worst"]
         raised = tol["atol"] is None and stage["atol"] > DEFAULT_ATOL  # large values
         lines.append(
-            f"  {name:<11} {'ok  ' if stage['ok'] else 'FAIL'}   max |diff| {stage['max_abs']:.3g}"
+            f"  {name:<14} {'ok  ' if stage['ok'] else 'FAIL'}   max |diff| {stage['max_abs']:.3g}"
             f" (vs npbert's float32 spec {stage['max_abs_vs_npbert_float32']:.3g}),"
             f" max rel {stage['max_rel']:.3g}; worst at {tuple(worst['index'])}:"
             f" {worst['candidate']:.8g} vs {worst['reference']:.8g}"
             + (f"; held to atol {stage['atol']:.3g}" if raised else "")
         )
         if stage["batch_axis"]:
-            lines.append(f"  {'':<11} note:  {BATCH_AXIS[stage['batch_axis']]}")
+            lines.append(f"  {'':<14} note:  {BATCH_AXIS[stage['batch_axis']]}")
+        if "note" in stage:
+            lines.append(f"  {'':<14} note:  {stage['note']}")
     for name in (name for name in OUTPUTS if name in report):
         out = report[name]
+        zeros = out["zero_reference_values"]
         lines.append(
             f"  {name}: float32 ULPs from the float64 reference: max "
-            f"{out['max_ulp_float32']:.3g}, median {out['median_ulp_float32']:.3g}; "
-            f"min token cosine {out['min_token_cosine']:.9f} at {tuple(out['worst_token'])}"
+            f"{out['max_ulp_float32']:.3g}, median {out['median_ulp_float32']:.3g}"
+            + (f" (leaving out {zeros} values where the reference is 0)" if zeros else "")
+            + f"; min token cosine {out['min_token_cosine']:.9f} at {tuple(out['worst_token'])}"
         )
     bad = report["first_disagreeing_stage"]
     lines.append(

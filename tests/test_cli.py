@@ -363,7 +363,7 @@ def test_embed_project_saves_projected_under_its_name_and_compare_checks_it(
     np.testing.assert_array_equal(projected, npbert.embed(weights, np.load(ids), project=True))
     assert projected.shape[-1] == weights.config.hidden_size != embeddings.shape[-1]
     code, stdout, _ = run(capsys, "compare", out, *given)
-    assert code == 0 and "  projected   ok" in stdout and "projected: float32 ULPs" in stdout
+    assert code == 0 and "  projected      ok" in stdout and "projected: float32 ULPs" in stdout
 
 
 def test_a_projected_npy_is_compared_as_projected_by_its_shape(tmp_path, capsys):
@@ -372,7 +372,7 @@ def test_a_projected_npy_is_compared_as_projected_by_its_shape(tmp_path, capsys)
     code, stdout, _ = run(capsys, "embed", "i am", "--model", model, "--project", "--out", out)
     assert code == 0 and stdout.startswith(f"wrote {out}: projected")
     code, stdout, _ = run(capsys, "compare", out, "--model", model, "i am")
-    assert code == 0 and "  projected   ok" in stdout and "embeddings " not in stdout
+    assert code == 0 and "  projected      ok" in stdout and "embeddings " not in stdout
     np.savez(tmp_path / "named.npz", embeddings=np.load(out))  # named: held to its name
     code, stdout, _ = run(capsys, "compare", tmp_path / "named.npz", "--model", model, "i am")
     assert code == 1 and "this is the shape of 'projected'" in stdout

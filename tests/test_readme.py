@@ -64,5 +64,5 @@ def test_worked_example_passes_compare(tmp_path, minilm_dir, monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
     subprocess.run([sys.executable, "my_port.py", str(minilm_dir)], check=True)
     assert main(["compare", "mine.npy", "--model", str(minilm_dir), "--ids-file", "ids.npy"]) == 0
-    printed = re.search(r"\n(  embeddings  ok .+)\n", README)[1]  # what the README shows
+    printed = re.search(r"\n(  embeddings     ok .+)\n", README)[1]  # what the README shows
     assert printed in capsys.readouterr().out.splitlines()

@@ -773,3 +773,154 @@ def test_the_default_atol_grows_past_1e_5_from_outputs_of_32():
 
     assert default_atol(np.array([-31.9, 1.0])) == 1e-5
     assert default_atol(np.array([1.0, -32.0])) == 4 * float(np.spacing(np.float32(32)))
+
+
+# --- the candidate's inputs, and the notes that explain a result ----------------------------
+
+
+def test_a_candidates_own_input_ids_are_checked_first(tmp_path, capsys):
+    # A tokenizer's mistake ([SEP] where [CLS] goes) is named where it is, before the lookups.
+    main(["embed", "i am", "--model", str(TINY), "--stages", "--out", str(tmp_path / "s.npz")])
+    capsys.readouterr()
+    stages = dict(np.load(tmp_path / "s.npz"))
+    code, out, _ = compare_text(capsys, tmp_path / "s.npz")
+    assert code == 0 and "  input_ids      ok     all 4 as the reference's" in out
+    cls = stages["input_ids"][0, 0]
+    stages["input_ids"] = stages["input_ids"].copy()
+    stages["input_ids"][0, 0] = sep = stages["input_ids"][0, -1]
+    np.savez(tmp_path / "bad.npz", **stages)
+    code, out, _ = compare_text(capsys, tmp_path / "bad.npz")
+    assert code == 1 and f"1 of 4 differ; the first at (0, 0): {sep} vs {cls}" in out
+    assert out.rstrip().endswith("the first stage that disagrees is 'input_ids'")
+    stages["input_ids"] = stages["input_ids"][:, :3]
+    np.savez(tmp_path / "short.npz", **stages)
+    code, out, _ = compare_text(capsys, tmp_path / "short.npz", "--json")
+    assert json.loads(out)["inputs"]["input_ids"] == {
+        "ok": False,
+        "candidate_shape": [1, 3],
+        "expected_shape": [1, 4],
+    }
+
+
+def test_inputs_are_checked_only_where_the_reference_has_them(tiny_stages):
+    from npbert.verify import compare as compare_stages
+
+    ids = np.array([[2, 13, 14, 3]])
+    given = {"embeddings": tiny_stages[1]["embeddings"], "position_ids": np.arange(4)}
+    report = compare_stages(given, *tiny_stages, atol=None, rtol=0)  # no inputs: none checked
+    assert report["ok"] and report["inputs"] == {}
+    inputs = {"input_ids": ids, "position_ids": np.arange(4)[None], "token_type_ids": None}
+    report = compare_stages(given, *tiny_stages, atol=None, rtol=0, inputs=inputs)
+    assert report["inputs"] == {"position_ids": {"ok": True, "differ": 0, "of": 4}}
+    given["position_ids"] = np.arange(1, 5)  # (L,) against (1, L): broadcast, and wrong
+    given["token_type_ids"] = np.ones(4)  # a family without the table: not checked
+    report = compare_stages(given, *tiny_stages, atol=None, rtol=0, inputs=inputs)
+    assert report["first_disagreeing_stage"] == "position_ids"
+    assert list(report["inputs"]) == ["position_ids"]
+    assert report["inputs"]["position_ids"]["first"] == {"index": [0, 0], "candidate": 1,
+                                                         "reference": 0}  # fmt: skip
+
+
+def tiny_albert_outputs(tmp_path, capsys) -> dict:
+    main(["embed", "the quick fox", "--model", str(TINY.parent / "tiny-albert"), "--project",
+          "--stages", "--out", str(tmp_path / "a.npz")])  # fmt: skip
+    capsys.readouterr()
+    return dict(np.load(tmp_path / "a.npz"))
+
+
+def compare_albert(capsys, candidate, *extra):
+    argv = ["compare", str(candidate), "--model", str(TINY.parent / "tiny-albert")]
+    code = main([*argv, "the quick fox", *extra])
+    return code, capsys.readouterr()[0]
+
+
+def test_a_bare_output_checked_before_the_projection_says_so(tmp_path, capsys):
+    # A port that leaves out ALBERT's projection, saving a .npy, is checked as the layer's
+    # output, as the README says; the report says what that means.
+    arrays = tiny_albert_outputs(tmp_path, capsys)
+    np.save(tmp_path / "e.npy", arrays["embeddings"])
+    code, out = compare_albert(capsys, tmp_path / "e.npy")
+    assert code == 0 and "note:  checked as the layer's output, before the projection" in out
+    np.savez(tmp_path / "e.npz", embeddings=arrays["embeddings"])
+    assert "before the projection" not in compare_albert(capsys, tmp_path / "e.npz")[1]
+    np.savez(tmp_path / "p.npz", projected=arrays["embeddings"])  # named, at the wrong width
+    code, out = compare_albert(capsys, tmp_path / "p.npz")
+    assert code == 1 and "shape of 'embeddings', the layer's output before the projection" in out
+
+
+def test_position_rows_shared_where_the_reference_has_them_per_sequence_say_so(tmp_path, capsys):
+    roberta = str(TINY.parent / "tiny-roberta")
+    texts = ["the quick fox", "a"]  # padded: the second sequence's positions stop early
+    main(["embed", *texts, "--model", roberta, "--stages", "--out", str(tmp_path / "r.npz")])
+    capsys.readouterr()
+    arrays = dict(np.load(tmp_path / "r.npz"))
+    arrays["position"] = arrays["position"][0]  # (L, E), the first sequence's
+    np.savez(tmp_path / "shared.npz", **arrays)
+    code = main(["compare", str(tmp_path / "shared.npz"), "--model", roberta, *texts])
+    out = capsys.readouterr()[0]
+    assert code == 1 and "position rows differ between sequences" in out
+
+
+def nearest_bfloat16(values: np.ndarray) -> np.ndarray:
+    """values rounded to the nearer of the two bfloat16 numbers around them, in float64."""
+    bits = values.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+    low = bits.view(np.float32).astype(np.float64)  # toward zero
+    high = (bits + np.uint32(0x10000)).view(np.float32).astype(np.float64)  # away from zero
+    return np.where(np.abs(values - low) <= np.abs(high - values), low, high)
+
+
+@pytest.mark.parametrize("narrow", ["float16", "bfloat16"])
+def test_a_candidate_of_float16_or_bfloat16_numbers_is_told_what_rounding_alone_costs(
+    tmp_path, capsys, minilm_dir, narrow
+):
+    embedder = npbert.Embedder.from_pretrained(minilm_dir)
+    ids = embedder.encode(["i am sinan"]).input_ids
+    output = npbert.embed(embedder.weights, ids)
+    reference = npbert.embed(embedder.weights, ids, dtype=np.float64)
+    if narrow == "float16":
+        stored, rounded = output.astype(np.float16), reference.astype(np.float16)
+    else:  # as a GPU's bfloat16 output, widened to float32
+        stored, rounded = nearest_bfloat16(output).astype(np.float32), nearest_bfloat16(reference)
+    np.save(tmp_path / "c.npy", stored)
+    code = main(["compare", str(tmp_path / "c.npy"), "--model", str(minilm_dir), "i am sinan"])
+    out = capsys.readouterr()[0]
+    distance = np.abs(rounded - reference).max()
+    assert code == 1 and f"every value is a {narrow} number" in out
+    assert f"the reference rounded to {narrow} is itself {distance:.3g} from" in out
+    np.save(tmp_path / "c.npy", output + np.float32(1e-3))  # wrong, in float32: no note
+    main(["compare", str(tmp_path / "c.npy"), "--model", str(minilm_dir), "i am sinan"])
+    assert "number:" not in capsys.readouterr()[0]
+
+
+def test_ulps_leave_out_the_zero_rows_of_deberta_padding(tmp_path, capsys):
+    deberta = str(TINY.parent / "tiny-deberta")
+    texts = ["the quick brown fox", "a"]
+    main(["embed", *texts, "--model", deberta, "--out", str(tmp_path / "d.npz")])
+    capsys.readouterr()
+    arrays = dict(np.load(tmp_path / "d.npz"))
+    padding = arrays["attention_mask"] == 0
+    assert padding.any() and (arrays["embeddings"][padding] == 0).all()
+    arrays["embeddings"][padding] = 1e-8  # padding not quite zeroed
+    np.savez(tmp_path / "d.npz", **arrays)
+    code = main(["compare", str(tmp_path / "d.npz"), "--model", deberta, *texts, "--json"])
+    summary = json.loads(capsys.readouterr()[0])["embeddings"]
+    assert code == 0  # within atol
+    assert summary["zero_reference_values"] == padding.sum() * arrays["embeddings"].shape[-1]
+    assert summary["max_ulp_float32"] < 1e3  # not 1e37: the zeros are left out
+
+
+def test_ids_with_deberta_padding_and_no_mask_get_a_warning(tmp_path, capsys):
+    deberta, bert = (str(TINY.parent / f"tiny-{name}") for name in ("deberta", "bert"))
+    pad = json.loads((TINY.parent / "tiny-deberta" / "config.json").read_text())["pad_token_id"]
+    np.save(tmp_path / "ids.npy", np.array([[1, 7, 8, 2, pad]]))
+    np.save(tmp_path / "mask.npy", np.array([[1, 1, 1, 1, 0]]))
+    out = str(tmp_path / "o.npy")
+    args = ["embed", "--ids-file", str(tmp_path / "ids.npy"), "--out", out, "--model"]
+    assert main([*args, deberta]) == 0
+    assert (
+        f"holds the pad id {pad} (1 of 5 ids), and no --attention-mask-file"
+        in (capsys.readouterr()[1])
+    )
+    assert main([*args, deberta, "--attention-mask-file", str(tmp_path / "mask.npy")]) == 0
+    assert main([*args, bert]) == 0  # BERT does not zero padding: nothing to say
+    assert "warning" not in capsys.readouterr()[1]
