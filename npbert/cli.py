@@ -247,7 +247,8 @@ def add_embed(commands) -> None:
         "--project",
         action="store_true",
         help="also apply the projection to the hidden size that ALBERT, ELECTRA and RoFormer "
-        "apply after the layer: what the first encoder layer receives",
+        "apply after the layer: what the first encoder layer receives (other families have "
+        "none: it changes nothing)",
     )
     add_corpus_options(embed)
     embed.set_defaults(run=run_embed)
