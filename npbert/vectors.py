@@ -65,7 +65,9 @@ float64 files are computed in float64 from the stored weights: the exact referen
 files are what a float32 implementation should produce. Padding positions are embedded like
 any other (only DeBERTa's embedding layer uses the attention mask, to zero them).
 manifest.json gives the model_type and its formula, lists every file with its shape and
-dtype, and the sha256 of the checkpoint's weights file(s). Each float64 stage file also has
+dtype, and the sha256 of the checkpoint's weights file(s) as npbert read them (for a model
+fetched from the Hub with its embedding tensors only, "model" says so: the file is npbert's
+cut of the Hub's, and its sha256 is not the Hub's). Each float64 stage file also has
 its "atol": the largest absolute difference allowed from it, for a float32 implementation
 and for a float64 one. That is 1e-5 (float32) or 1e-12 (float64), or where the stage's values
 are large, {STEPS} steps of the precision at its largest |value|, as 1e-5 is less than one
