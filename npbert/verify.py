@@ -288,11 +288,18 @@ def check_tolerance(name: str, value) -> float:
 
 
 def compare(
-    candidate: dict, reference64: dict, reference32: dict, *, atol, rtol, inputs: dict | None = None
+    candidate: dict,
+    reference64: dict,
+    reference32: dict,
+    *,
+    atol: float | None = None,
+    rtol: float = DEFAULT_RTOL,
+    inputs: dict | None = None,
 ) -> dict:
     """The full report: every provided stage in order, the first that disagrees, and for the
-    output its float32 ULP error and per-token cosine similarity. atol None: each stage's
-    default_atol. A reference64 with NaN or Inf is refused: a candidate cannot be right or
+    output its float32 ULP error and per-token cosine similarity. reference64 and reference32:
+    embed_stages in float64 and float32 (project=True) for the same inputs. atol None: each
+    stage's default_atol. A reference64 with NaN or Inf is refused: a candidate cannot be right or
     wrong against it.
 
     inputs: the reference's inputs, {name: array} as INPUTS names them (None where the layer

@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
@@ -66,3 +69,8 @@ def test_worked_example_passes_compare(tmp_path, minilm_dir, monkeypatch, capsys
     assert main(["compare", "mine.npy", "--model", str(minilm_dir), "--ids-file", "ids.npy"]) == 0
     printed = re.search(r"\n(  embeddings     ok .+)\n", README)[1]  # what the README shows
     assert printed in capsys.readouterr().out.splitlines()
+    check = re.search(r"```python\n(# the check in a test suite.+?)```", README, flags=re.S)[1]
+    exec(compile(check, "README.md", "exec"), {"MODEL_DIR": minilm_dir})  # asserts it passes
+    np.save("mine.npy", np.load("mine.npy") * np.float32(1.001))  # now wrong
+    with pytest.raises(AssertionError, match="the first stage that disagrees is 'embeddings'"):
+        exec(compile(check, "README.md", "exec"), {"MODEL_DIR": minilm_dir})
