@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def run(args) -> int:
             warnings.simplefilter("always", RuntimeWarning)
             code = args.run(args)
         say_warnings(caught)  # after a command that ended well: an error says enough
-        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        flush_stdout()
         return code
     except BrokenPipeError:
         return reader_gone()
@@ -98,6 +99,32 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("npbert: interrupted", file=sys.stderr)
         return 130
+
+
+def say(*parts) -> None:
+    """print() to standard output, where a command's results go."""
+    with on_stdout():
+        print(*parts)
+
+
+def flush_stdout() -> None:
+    """Flush what the command said: a reader that went away shows here, not at exit."""
+    with on_stdout():
+        sys.stdout.flush()
+
+
+@contextmanager
+def on_stdout():
+    """Writing standard output: its OSError (a full disk behind `>`) names no file, and would
+    read as the --out file's; said as standard output's. BrokenPipeError as it is: the reader
+    went away (reader_gone)."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise OSError(error.errno, f"cannot write to standard output ({reason})") from None
 
 
 # Where the layer is computed, and cli.py, whose own "NaN or Inf in the output" warning joins
@@ -602,7 +629,7 @@ def run_embed(args) -> int:
         arrays = {**outputs, **inputs.arrays}
         return save(args.out, output, arrays, metadata(inputs.weights, **inputs.meta))
     ids = np.atleast_2d(inputs.input_ids)
-    print(summary(inputs.weights, output, outputs[output], inputs.tokens, inputs.texts, ids))
+    say(summary(inputs.weights, output, outputs[output], inputs.tokens, inputs.texts, ids))
     return 0
 
 
@@ -738,7 +765,7 @@ def run_embed_corpus(args) -> int:
         embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
         check_float32(embedder.weights, args.dtype)
         index = embed_corpus(embedder, args.input, args.out, **options)
-    print(
+    say(
         f"embedded {index['texts']:,} texts, {index['tokens']:,} tokens, in "
         f"{len(index['shards'])} shards: {args.out}"
     )
@@ -759,7 +786,7 @@ def run_compare(args) -> int:
     report = compare(
         candidate, *references, atol=args.atol, rtol=args.rtol, inputs=inputs.reference_inputs()
     )
-    print(to_json(report) if args.json else format_report(report))
+    say(to_json(report) if args.json else format_report(report))
     return 0 if report["ok"] else 1
 
 
@@ -792,7 +819,7 @@ def run_vectors(args) -> int:
     if trouble and not trouble.endswith(NOT_FINITE):
         warn_ahead(trouble)
     manifest = write_vectors(embedder, args.out)
-    print(f"wrote {len(manifest['cases'])} cases to {args.out} (manifest.json, FORMAT.md)")
+    say(f"wrote {len(manifest['cases'])} cases to {args.out} (manifest.json, FORMAT.md)")
     return 0
 
 
@@ -817,7 +844,7 @@ def save(path: Path, output: str, arrays: dict[str, np.ndarray], meta: dict) -> 
         write_atomically(path, lambda f: np.savez(f, **arrays, metadata=np.array(json.dumps(meta))))
     else:
         write_atomically(path, lambda f: np.save(f, arrays[output]))
-    print(f"wrote {path}: {output} {arrays[output].shape} {arrays[output].dtype}")
+    say(f"wrote {path}: {output} {arrays[output].shape} {arrays[output].dtype}")
     return 0
 
 
@@ -866,7 +893,7 @@ def run_explain(args) -> int:
     embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
     pairs = None if args.pair is None else [args.pair]
     encoding = some_tokens(embedder.encode([args.text], pairs, truncation=args.truncate))
-    print(f"model: {embedder.weights.source.get('model')}")
+    say(f"model: {embedder.weights.source.get('model')}")
     text, equal = explain(
         embedder.weights,
         encoding.tokens[0],
@@ -874,7 +901,7 @@ def run_explain(args) -> int:
         encoding.token_type_ids[0],
         encoding.attention_mask[0],
     )
-    print(text)
+    say(text)
     return 0 if equal else 1
 
 
@@ -888,24 +915,22 @@ def run_inspect(args) -> int:
     directory, source = resolve(model, revision=args.revision, full=args.full)
     config, tensors = locate_checkpoint(directory)
     width = max(len(t.name) for t in tensors.values())
-    print(
-        f"model: {source.get('model')}" + (f" @ {source['commit']}" if "commit" in source else "")
-    )
-    print(describe(config))
-    print(f"{'tensor':<{width}}  {'shape':<14} {'dtype':<5} {'bytes':>12}  {'file':<18} values")
+    say(f"model: {source.get('model')}" + (f" @ {source['commit']}" if "commit" in source else ""))
+    say(describe(config))
+    say(f"{'tensor':<{width}}  {'shape':<14} {'dtype':<5} {'bytes':>12}  {'file':<18} values")
     for stored in tensors.values():
-        print(
+        say(
             f"{stored.name:<{width}}  {stored.shape!s:<14} {stored.dtype:<5} "
             f"{stored.nbytes:>12,}  {stored.file.name:<18} {scan_values(stored)}"
         )
-    print(f"embedding tensors: {sum(t.nbytes for t in tensors.values()):,} bytes")
+    say(f"embedding tensors: {sum(t.nbytes for t in tensors.values()):,} bytes")
     for key in ("layer_norm_eps", "pad_token_id", "positions", "padding_idx", "max_length"):
-        print(f"{key}: {getattr(config, key)}")
+        say(f"{key}: {getattr(config, key)}")
     for key in ("vocab_size", "embedding_size", "hidden_size", "max_position_embeddings"):
-        print(f"{key}: {getattr(config, key)}")
-    print(f"type_vocab_size: {config.type_vocab_size}")
+        say(f"{key}: {getattr(config, key)}")
+    say(f"type_vocab_size: {config.type_vocab_size}")
     if config.projection:
-        print(f"projection: {config.projection}")
+        say(f"projection: {config.projection}")
     return 0
 
 
@@ -943,21 +968,21 @@ def run_fetch(args) -> int:
     )
     check_tokenizer(fetched.directory)
     if args.quiet:
-        print(fetched.directory)
+        say(fetched.directory)
         return 0
     source = fetched.source
-    print(f"{source['model']} at {source['commit']} ({source['revision']})")
+    say(f"{source['model']} at {source['commit']} ({source['revision']})")
     if fetched.repaired:
-        print(f"repaired: the cached copy was damaged ({fetched.repaired})")
+        say(f"repaired: the cached copy was damaged ({fetched.repaired})")
     if fetched.cached:
-        print(f"already cached: nothing downloaded ({source['weights']})")
+        say(f"already cached: nothing downloaded ({source['weights']})")
     else:
         share = fetched.fetched_bytes / fetched.full_bytes if fetched.full_bytes else 1.0
-        print(
+        say(
             f"downloaded {fetched.fetched_bytes:,} bytes of weights out of {fetched.full_bytes:,}"
             f" ({share:.1%}): {source['weights']}"
         )
-    print(f"cached in {fetched.directory}")
+    say(f"cached in {fetched.directory}")
     return 0
 
 
@@ -1016,7 +1041,7 @@ def run_positions(args) -> int:
     table = weights.position_embeddings[first:]
     figures = analyse(table, pretraining_length=args.pretraining_length)
     figures = {"model": model, "model_type": config.model_type, "first_row": first, **figures}
-    print(to_json(figures) if args.json else f"model: {model}\n{format_report(figures)}")
+    say(to_json(figures) if args.json else f"model: {model}\n{format_report(figures)}")
     if args.plot is None:
         return 0
     title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model

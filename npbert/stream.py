@@ -245,6 +245,11 @@ def check_out(directory: Path, resume: bool) -> None:
     """InputError unless `directory` is absent, empty, or with --resume an npbert corpus."""
     if directory.exists() and not directory.is_dir():
         raise InputError(f"--out {directory} is a file, not a directory")
+    if directory.is_symlink() and not directory.exists():  # mkdir would say "File exists"
+        raise InputError(
+            f"--out {directory} is a symbolic link to {os.readlink(directory)}, which does not "
+            "exist: create that directory, or give another"
+        )
     present = [p for p in directory.iterdir() if p.name != LOCK] if directory.exists() else []
     if present and not resume:
         held = (directory / LOCK).exists()  # a run is writing it, or was killed

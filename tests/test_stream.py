@@ -1204,3 +1204,16 @@ def test_workers_past_a_few_per_core_are_refused_before_any_fork(tmp_path, embed
         stream.LocalEngine(embedder, workers=limit, truncation=False, dtype="float32").workers
         == limit
     )
+
+
+def test_an_output_directory_that_is_a_dangling_symlink_is_named_so(tmp_path, embedder):
+    # mkdir said "File exists" of it, where nothing seems to exist.
+    from npbert.stream import embed_corpus
+
+    (tmp_path / "c.txt").write_text("one\n")
+    (tmp_path / "out").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(npbert.InputError, match=r"is a symbolic link to .*nowhere, which does not"):
+        embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "out")
+    (tmp_path / "nowhere").mkdir()  # where it points: written there
+    assert embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "out")["complete"]
+    assert (tmp_path / "nowhere" / "index.json").is_file()
