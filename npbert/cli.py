@@ -480,11 +480,14 @@ class ToEmbed:
         args = (self.input_ids, self.token_type_ids, None, self.attention_mask)
         used = prepare_inputs(self.weights.config, *args)
         mask = used.attention_mask
+        if mask is None:
+            mask = np.ones_like(used.input_ids)  # every token real
         return {
             "input_ids": used.input_ids,
             "token_type_ids": used.token_type_ids,
             "position_ids": used.position_ids,
-            "attention_mask": np.ones_like(used.input_ids) if mask is None else mask,
+            # only DeBERTa's layer takes the mask (it zeroes padding): others' is not checked
+            "attention_mask": mask if self.weights.config.family.masks_padding else None,
         }
 
 

@@ -86,8 +86,9 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
             f"candidate {path}: {', '.join(map(repr, unknown))} is not a stage npbert knows "
             f"(stages: {', '.join(STAGES)}; inputs: {', '.join(INPUTS)})"
         )
-    known = (key for key in (*INPUTS, *STAGES) if key in arrays)
-    return {key: _numeric(f"candidate {path}", key, arrays[key]) for key in known}
+    inputs = {key: arrays[key] for key in INPUTS if key in arrays}  # as they are: compare_inputs
+    stages = (key for key in STAGES if key in arrays)
+    return {**inputs, **{key: _numeric(f"candidate {path}", key, arrays[key]) for key in stages}}
 
 
 def _load_other(path: Path, suffix: str) -> dict:
@@ -310,7 +311,8 @@ def compare(
     rtol = check_tolerance("rtol", rtol)
     given = candidate
     candidate = checked_candidate(candidate, reference64)
-    checked_inputs = compare_inputs({k: v for k, v in given.items() if k in INPUTS}, inputs or {})
+    given_inputs = {key: value for key, value in given.items() if key in INPUTS}
+    checked_inputs = compare_inputs(given_inputs, {} if inputs is None else inputs)
     batch = batch_size(reference64)
     with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
         stages = [
@@ -335,49 +337,57 @@ def compare(
         "stages": {s.name: _stage_dict(s) for s in stages},
     }
     report.update(summaries)
-    for name, note in stage_notes(candidate, reference64, stages, OUTPUT in given).items():
-        report["stages"][name]["note"] = note
+    for name, notes in stage_notes(candidate, reference64, stages, OUTPUT in given).items():
+        report["stages"][name]["notes"] = notes
     return report
 
 
 def compare_inputs(given: dict, reference: dict) -> dict:
-    """Each input the candidate gives that the reference has, value for value: {name: {"ok",
-    "differ", "of", "first": {index, candidate, reference}}}, or {"ok": False,
-    "candidate_shape", "expected_shape"} where neither shape broadcasts to the other (the
-    (L,) position ids a batch shares against (B, L) ones do)."""
+    """Each input the candidate gives as an array of numbers (or bools) that the reference has
+    (not None), value for value: {name: input_result}. Others are left out, as before inputs
+    were checked at all."""
+    if not isinstance(reference, dict):
+        raise InputError(f"inputs must be a dict of input names to arrays, not {reference!r:.60}")
     results = {}
     for name in INPUTS:
-        if name not in given or reference.get(name) is None:
-            continue
-        mine, expected = _numeric("the candidate", name, given[name]), np.asarray(reference[name])
-        shape = _one_broadcasts(mine.shape, expected.shape)
-        if shape is None:
-            results[name] = {
-                "ok": False,
-                "candidate_shape": list(mine.shape),
-                "expected_shape": list(expected.shape),
-            }
-            continue
-        mine, expected = np.broadcast_to(mine, shape), np.broadcast_to(expected, shape)
-        differ = mine != expected  # (B, L) or (L,); NaN differs from every id
-        results[name] = {"ok": not differ.any(), "differ": int(differ.sum()), "of": differ.size}
-        if differ.any():
-            at = tuple(np.argwhere(differ)[0])
-            results[name]["first"] = {
-                "index": [int(i) for i in at],
-                "candidate": mine[at].item(),
-                "reference": expected[at].item(),
-            }
+        mine = input_array(given.get(name))
+        if mine is not None and reference.get(name) is not None:
+            results[name] = input_result(mine, np.asarray(reference[name]))
     return results
 
 
-def _one_broadcasts(a: tuple, b: tuple) -> tuple | None:
-    """The larger of two shapes where the other broadcasts to it, else None."""
+def input_array(value) -> np.ndarray | None:
+    """value as an array of numbers or bools of at least one axis, or None (absent, null)."""
     try:
-        shape = np.broadcast_shapes(a, b)
-    except ValueError:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError, RecursionError):
         return None
-    return shape if shape in (a, b) else None
+    return array if array.dtype.kind in "biuf" and array.ndim else None
+
+
+def input_result(mine: np.ndarray, expected: np.ndarray) -> dict:
+    """{"ok", "differ", "of", "first": {index, candidate, reference}} for one input, (B, L) or
+    (L,): the same shape, or (L,) rows a batch shares against (B, L) ones or the reverse; for
+    other shapes {"ok": False, "candidate_shape", "expected_shape"}."""
+    shared = {mine.ndim, expected.ndim} == {1, 2} and mine.shape[-1] == expected.shape[-1]
+    if mine.shape != expected.shape and not shared:
+        return {
+            "ok": False,
+            "candidate_shape": list(mine.shape),
+            "expected_shape": list(expected.shape),
+        }
+    shape = np.broadcast_shapes(mine.shape, expected.shape)
+    mine, expected = np.broadcast_to(mine, shape), np.broadcast_to(expected, shape)
+    differ = mine != expected  # (B, L) or (L,); NaN differs from every id
+    result = {"ok": not differ.any(), "differ": int(differ.sum()), "of": differ.size}
+    if differ.any():
+        at = tuple(np.argwhere(differ)[0])
+        result["first"] = {
+            "index": [int(i) for i in at],
+            "candidate": mine[at].item(),
+            "reference": expected[at].item(),
+        }
+    return result
 
 
 def checked_candidate(candidate, reference64: dict) -> dict:
@@ -457,32 +467,38 @@ PER_SEQUENCE = (
 )
 
 
-def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool) -> dict[str, str]:
-    """{stage: note} for the report. bare: the candidate's output came unnamed (a .npy), and
-    was taken as the layer's output or its projection by its shape."""
+def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool) -> dict:
+    """{stage: [note, ...]} for the report. bare: the candidate's output came unnamed (a .npy),
+    and was taken as the layer's output or its projection by its shape."""
     notes = {}
-    results = {stage.name: stage for stage in stages}
-    if _fits_other("embeddings", "projected", candidate, reference64):
-        notes["embeddings"] = PROJECTED_AS_EMBEDDINGS
-    elif bare and "projected" in reference64 and "embeddings" in candidate:
-        notes["embeddings"] = BEFORE_PROJECTION
-    if _fits_other("projected", "embeddings", candidate, reference64):
-        notes["projected"] = EMBEDDINGS_AS_PROJECTED
-    position = results.get("position")
-    if position is not None and not position.shape_ok:
-        shape, expected = position.shapes
-        if len(shape) == 2 and len(expected) == 3 and shape == expected[1:]:
-            notes["position"] = PER_SEQUENCE
     for stage in stages:
-        if stage.shape_ok and not stage.ok and stage.name not in notes:
+        said = [*_shape_notes(stage, candidate, reference64, bare)]
+        if stage.shape_ok and not stage.ok:
             values = candidate[stage.name]
             expected, _ = _align(
                 stage.name, values, reference64[stage.name], batch_size(reference64)
             )
-            note = narrow_format(values, expected)
-            if note:
-                notes[stage.name] = note
+            said.append(narrow_format(values, expected))
+        if any(said):
+            notes[stage.name] = [note for note in said if note]
     return notes
+
+
+def _shape_notes(stage: StageResult, candidate: dict, reference64: dict, bare: bool):
+    """What a stage's shape says: an output that fits the other output, one taken as the
+    layer's where a projection follows, position rows shared where the reference's differ."""
+    if stage.name == "embeddings" and _fits_other(
+        "embeddings", "projected", candidate, reference64
+    ):
+        yield PROJECTED_AS_EMBEDDINGS
+    elif stage.name == "embeddings" and bare and stage.shape_ok and "projected" in reference64:
+        yield BEFORE_PROJECTION
+    if stage.name == "projected" and _fits_other("projected", "embeddings", candidate, reference64):
+        yield EMBEDDINGS_AS_PROJECTED
+    if stage.name == "position" and not stage.shape_ok:
+        shape, expected = stage.shapes  # (L, E) against (B, L, E)
+        if len(shape) == 2 and len(expected) == 3 and shape == expected[1:]:
+            yield PER_SEQUENCE
 
 
 def _fits_other(name: str, other: str, candidate: dict, reference64: dict) -> bool:
@@ -497,9 +513,10 @@ def _fits_other(name: str, other: str, candidate: dict, reference64: dict) -> bo
 
 
 def narrow_format(values: np.ndarray, reference64: np.ndarray) -> str | None:
-    """A note where every value (not all whole numbers) is a float16 or bfloat16 number: the
-    candidate was stored or computed in it, and rounding the reference to it alone puts it
-    that far away (a failure that may be the format, not the math); None otherwise."""
+    """A note where every value of a failing stage, values (..., E), not all whole numbers, is
+    a float16 or bfloat16 number: the candidate was stored or computed in it, and rounding the
+    reference (the same shape) to it alone puts it that far away (a failure that may be the
+    format, not the math); None otherwise."""
     if values.size == 0 or np.array_equal(values, np.round(values), equal_nan=True):
         return None
     reference = reference64
@@ -513,6 +530,8 @@ def narrow_format(values: np.ndarray, reference64: np.ndarray) -> str | None:
         else:
             return None
         distance = float(np.abs(rounded - reference).max())
+    if distance == 0:  # the reference is of that format too (a float16 checkpoint's lookups)
+        return None
     return (
         f"every value is a {name} number: the reference rounded to {name} is itself "
         f"{distance:.3g} from the reference"
@@ -547,8 +566,8 @@ def output_summary(name: str, candidate: dict, reference64: dict) -> dict:
     cos = cosines(candidate[name], expected)  # (..., L)
     cos[np.isnan(cos)] = -np.inf  # a token with NaN is the worst token
     return {
-        "max_ulp_float32": float(ulp.max(initial=0)),
-        "median_ulp_float32": float(np.median(ulp)) if ulp.size else 0.0,
+        "max_ulp_float32": float(ulp.max()) if ulp.size else None,  # None: every value is 0
+        "median_ulp_float32": float(np.median(ulp)) if ulp.size else None,
         "zero_reference_values": int(nonzero.size - nonzero.sum()),
         "min_token_cosine": float(cos.min()),
         "worst_token": [int(i) for i in np.unravel_index(np.argmin(cos), cos.shape)],
@@ -574,7 +593,22 @@ def _stage_dict(stage: StageResult) -> dict:
     }
 
 
+def _output_line(name: str, out: dict) -> str:
+    """An output's ULPs from the reference (but where it is 0) and its worst token's cosine."""
+    zeros = out["zero_reference_values"]
+    if out["max_ulp_float32"] is None:
+        ulps_text = f"none, the reference is 0 at all {zeros} values"
+    else:
+        ulps_text = f"max {out['max_ulp_float32']:.3g}, median {out['median_ulp_float32']:.3g}"
+        ulps_text += f" (leaving out {zeros} values where the reference is 0)" if zeros else ""
+    return (
+        f"  {name}: float32 ULPs from the float64 reference: {ulps_text}; "
+        f"min token cosine {out['min_token_cosine']:.9f} at {tuple(out['worst_token'])}"
+    )
+
+
 def _input_line(name: str, result: dict) -> str:
+    """One input's line: ok, FAIL with the first difference, or SHAPE."""
     if "candidate_shape" in result:
         shapes = f"candidate {tuple(result['candidate_shape'])}, "
         return f"  {name:<14} SHAPE  {shapes}expected {tuple(result['expected_shape'])}"
@@ -602,8 +636,7 @@ def format_report(report: dict) -> str:
                 f"  {name:<14} SHAPE  candidate {tuple(stage['candidate_shape'])}, "
                 f"expected {tuple(stage['expected_shape'])}"
             )
-            if "note" in stage:
-                lines.append(f"  {'':<14} note:  {stage['note']}")
+            lines += [f"  {'':<14} note:  {note}" for note in stage.get("notes", ())]
             continue
         worst = stage["worst"]
         raised = tol["atol"] is None and stage["atol"] > DEFAULT_ATOL  # large values
@@ -616,17 +649,8 @@ def format_report(report: dict) -> str:
         )
         if stage["batch_axis"]:
             lines.append(f"  {'':<14} note:  {BATCH_AXIS[stage['batch_axis']]}")
-        if "note" in stage:
-            lines.append(f"  {'':<14} note:  {stage['note']}")
-    for name in (name for name in OUTPUTS if name in report):
-        out = report[name]
-        zeros = out["zero_reference_values"]
-        lines.append(
-            f"  {name}: float32 ULPs from the float64 reference: max "
-            f"{out['max_ulp_float32']:.3g}, median {out['median_ulp_float32']:.3g}"
-            + (f" (leaving out {zeros} values where the reference is 0)" if zeros else "")
-            + f"; min token cosine {out['min_token_cosine']:.9f} at {tuple(out['worst_token'])}"
-        )
+        lines += [f"  {'':<14} note:  {note}" for note in stage.get("notes", ())]
+    lines += [_output_line(name, report[name]) for name in OUTPUTS if name in report]
     bad = report["first_disagreeing_stage"]
     lines.append(
         "PASS: every stage within tolerance"

@@ -924,3 +924,88 @@ def test_ids_with_deberta_padding_and_no_mask_get_a_warning(tmp_path, capsys):
     assert main([*args, deberta, "--attention-mask-file", str(tmp_path / "mask.npy")]) == 0
     assert main([*args, bert]) == 0  # BERT does not zero padding: nothing to say
     assert "warning" not in capsys.readouterr()[1]
+
+
+def test_the_mask_is_checked_only_where_the_layer_takes_it(tmp_path, capsys):
+    # BERT's layer takes no mask: a padded batch's own mask against ids given without one is
+    # no mistake. DeBERTa's zeroes padding: there it is checked, a bool mask read as 0 and 1.
+    texts = ["the quick brown fox", "a"]
+    for family, checked in (("bert", False), ("deberta", True)):
+        model = str(TINY.parent / f"tiny-{family}")
+        main(["embed", *texts, "--model", model, "--out", str(tmp_path / "c.npz")])
+        capsys.readouterr()
+        arrays = dict(np.load(tmp_path / "c.npz"))
+        arrays["attention_mask"] = arrays["attention_mask"].astype(bool)
+        np.savez(tmp_path / "c.npz", **arrays)
+        np.save(tmp_path / "ids.npy", arrays["input_ids"])
+        argv = ["compare", str(tmp_path / "c.npz"), "--model", model, "--json"]
+        code = main([*argv, "--ids-file", str(tmp_path / "ids.npy")])
+        report = json.loads(capsys.readouterr()[0])
+        assert ("attention_mask" in report["inputs"]) is checked
+        assert code == (1 if checked else 0)  # DeBERTa's reference: every token real
+        assert main([*argv, *texts]) == 0  # the tokenizer's mask: the same, bool or not
+        assert json.loads(capsys.readouterr()[0])["inputs"].get("attention_mask", {"ok": 1})["ok"]
+
+
+@pytest.mark.parametrize(
+    ("given", "result"),
+    [
+        (np.zeros((0, 4), int), {"ok": False, "candidate_shape": [0, 4], "expected_shape": [1, 4]}),
+        (np.array([2]), {"ok": False, "candidate_shape": [1], "expected_shape": [1, 4]}),
+        (np.zeros((1, 1, 1, 4)), {"ok": False, "candidate_shape": [1, 1, 1, 4],
+                                  "expected_shape": [1, 4]}),
+        (np.array([2, 13, 14, 3]), {"ok": True, "differ": 0, "of": 4}),  # (L,): shared rows
+        (None, None),  # absent or unreadable: left out, as before inputs were checked
+        ("ids", None),
+    ],
+)  # fmt: skip
+def test_inputs_of_other_shapes_or_not_arrays(tiny_stages, given, result):
+    from npbert.verify import compare as compare_stages
+
+    candidate = {"embeddings": tiny_stages[1]["embeddings"], "input_ids": given}
+    inputs = {"input_ids": np.array([[2, 13, 14, 3]])}
+    report = compare_stages(candidate, *tiny_stages, inputs=inputs)
+    assert report["inputs"].get("input_ids") == result
+    with pytest.raises(npbert.InputError, match="inputs must be a dict"):
+        compare_stages(candidate, *tiny_stages, inputs=inputs["input_ids"])
+
+
+def test_no_float16_note_where_the_reference_is_float16_too(tmp_path, capsys):
+    # A float16 checkpoint's lookups are float16 numbers: a wrong word stage is not the format.
+    model = TINY.parent / "tiny-bert-fp16"
+    weights = npbert.load_weights(model)
+    ids = np.array([[2, 13, 14, 3]])
+    references = [
+        npbert.embed_stages(weights, ids, dtype=d, project=True) for d in (np.float64, np.float32)
+    ]
+    from npbert.verify import compare as compare_stages
+
+    wrong = npbert.embed_stages(weights, ids + 1)
+    report = compare_stages({"word": wrong["word"], "embeddings": wrong["embeddings"]}, *references)
+    assert report["first_disagreeing_stage"] == "word"
+    assert "float16 number" not in str(report)
+
+
+def test_a_bare_output_of_neither_shape_gets_no_projection_note(tmp_path, capsys):
+    arrays = tiny_albert_outputs(tmp_path, capsys)
+    np.save(tmp_path / "e.npy", arrays["embeddings"][:, :-1])  # a token short
+    code, out = compare_albert(capsys, tmp_path / "e.npy")
+    assert code == 1 and "SHAPE" in out and "note:" not in out
+
+
+def test_ulps_of_an_output_whose_reference_is_all_zero_are_none(tmp_path, capsys):
+    deberta = TINY.parent / "tiny-deberta"
+    np.save(tmp_path / "ids.npy", np.array([[1, 7, 8, 2]]))
+    np.save(tmp_path / "mask.npy", np.zeros((1, 4), int))
+    np.save(tmp_path / "c.npy", np.zeros((1, 4, 32), np.float32))
+    files = ["--ids-file", str(tmp_path / "ids.npy"), "--attention-mask-file"]
+    files.append(str(tmp_path / "mask.npy"))
+    argv = ["compare", str(tmp_path / "c.npy"), "--model", str(deberta), *files]
+    assert main(argv) == 0
+    assert (
+        "ULPs from the float64 reference: none, the reference is 0 at all 128"
+        in (capsys.readouterr()[0])
+    )
+    assert main([*argv, "--json"]) == 0
+    summary = json.loads(capsys.readouterr()[0])["embeddings"]
+    assert summary["max_ulp_float32"] is None and summary["median_ulp_float32"] is None
