@@ -344,8 +344,7 @@ def compare(
 
 def compare_inputs(given: dict, reference: dict) -> dict:
     """Each input the candidate gives as an array of numbers (or bools) that the reference has
-    (not None), value for value: {name: input_result}. Others are left out, as before inputs
-    were checked at all."""
+    (not None), value for value: {name: input_result}. Others (a JSON null) are not checked."""
     if not isinstance(reference, dict):
         raise InputError(f"inputs must be a dict of input names to arrays, not {reference!r:.60}")
     results = {}

@@ -955,7 +955,7 @@ def test_the_mask_is_checked_only_where_the_layer_takes_it(tmp_path, capsys):
         (np.zeros((1, 1, 1, 4)), {"ok": False, "candidate_shape": [1, 1, 1, 4],
                                   "expected_shape": [1, 4]}),
         (np.array([2, 13, 14, 3]), {"ok": True, "differ": 0, "of": 4}),  # (L,): shared rows
-        (None, None),  # absent or unreadable: left out, as before inputs were checked
+        (None, None),  # absent or unreadable: not checked
         ("ids", None),
     ],
 )  # fmt: skip
