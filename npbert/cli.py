@@ -569,10 +569,13 @@ def warn_unmasked_padding(config, input_ids: np.ndarray) -> None:
     pad id and no mask: every token counts as real, which a port that zeroes padding by the
     ids, or one that forgets to, would not show."""
     pad = config.pad_token_id
-    if not config.family.masks_padding or pad is None or not (input_ids == pad).any():
+    if not config.family.masks_padding or pad is None:
+        return
+    padding = int((input_ids == pad).sum())
+    if not padding:
         return
     print(
-        f"npbert: warning: --ids-file holds the pad id {pad} ({int((input_ids == pad).sum())} "
+        f"npbert: warning: --ids-file holds the pad id {pad} ({padding} "
         f"of {input_ids.size} ids), and no --attention-mask-file is given: every token counts "
         f"as real, where {config.model_type} zeroes the padding the mask marks",
         file=sys.stderr,

@@ -337,7 +337,7 @@ def compare(
         "stages": {s.name: _stage_dict(s) for s in stages},
     }
     report.update(summaries)
-    for name, notes in stage_notes(candidate, reference64, stages, OUTPUT in given).items():
+    for name, notes in stage_notes(candidate, reference64, stages, OUTPUT in given, batch).items():
         report["stages"][name]["notes"] = notes
     return report
 
@@ -466,17 +466,15 @@ PER_SEQUENCE = (
 )
 
 
-def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool) -> dict:
+def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool, batch) -> dict:
     """{stage: [note, ...]} for the report. bare: the candidate's output came unnamed (a .npy),
-    and was taken as the layer's output or its projection by its shape."""
+    and was taken as the layer's output or its projection by its shape; batch: batch_size."""
     notes = {}
     for stage in stages:
         said = [*_shape_notes(stage, candidate, reference64, bare)]
         if stage.shape_ok and not stage.ok:
             values = candidate[stage.name]
-            expected, _ = _align(
-                stage.name, values, reference64[stage.name], batch_size(reference64)
-            )
+            expected, _ = _align(stage.name, values, reference64[stage.name], batch)
             said.append(narrow_format(values, expected))
         if any(said):
             notes[stage.name] = [note for note in said if note]
@@ -518,17 +516,16 @@ def narrow_format(values: np.ndarray, reference64: np.ndarray) -> str | None:
     format, not the math); None otherwise."""
     if values.size == 0 or np.array_equal(values, np.round(values), equal_nan=True):
         return None
-    reference = reference64
     with np.errstate(all="ignore"):  # casts of a candidate's huge values overflow: not these
         # bfloat16 first: its numbers (8 significant bits) within float16's range are float16
         # numbers too (11 bits), while float16's are seldom all bfloat16's.
         if _is_bfloat16(values):
-            name, rounded = "bfloat16", _to_bfloat16(reference)
+            name, rounded = "bfloat16", _to_bfloat16(reference64)
         elif np.array_equal(values, values.astype(np.float16), equal_nan=True):
-            name, rounded = "float16", reference.astype(np.float16)
+            name, rounded = "float16", reference64.astype(np.float16)
         else:
             return None
-        distance = float(np.abs(rounded - reference).max())
+        distance = float(np.abs(rounded - reference64).max())
     if distance == 0:  # the reference is of that format too (a float16 checkpoint's lookups)
         return None
     return (
@@ -592,6 +589,11 @@ def _stage_dict(stage: StageResult) -> dict:
     }
 
 
+def _note_lines(notes) -> list[str]:
+    """A stage's notes, a line each, under its line."""
+    return [f"  {'':<14} note:  {note}" for note in notes]
+
+
 def _output_line(name: str, out: dict) -> str:
     """An output's ULPs from the reference (but where it is 0) and its worst token's cosine."""
     zeros = out["zero_reference_values"]
@@ -635,7 +637,7 @@ def format_report(report: dict) -> str:
                 f"  {name:<14} SHAPE  candidate {tuple(stage['candidate_shape'])}, "
                 f"expected {tuple(stage['expected_shape'])}"
             )
-            lines += [f"  {'':<14} note:  {note}" for note in stage.get("notes", ())]
+            lines += _note_lines(stage.get("notes", ()))
             continue
         worst = stage["worst"]
         raised = tol["atol"] is None and stage["atol"] > DEFAULT_ATOL  # large values
@@ -646,9 +648,8 @@ def format_report(report: dict) -> str:
             f" {worst['candidate']:.8g} vs {worst['reference']:.8g}"
             + (f"; held to atol {stage['atol']:.3g}" if raised else "")
         )
-        if stage["batch_axis"]:
-            lines.append(f"  {'':<14} note:  {BATCH_AXIS[stage['batch_axis']]}")
-        lines += [f"  {'':<14} note:  {note}" for note in stage.get("notes", ())]
+        batch_axis = [BATCH_AXIS[stage["batch_axis"]]] if stage["batch_axis"] else []
+        lines += _note_lines([*batch_axis, *stage.get("notes", ())])
     lines += [_output_line(name, report[name]) for name in OUTPUTS if name in report]
     bad = report["first_disagreeing_stage"]
     lines.append(
