@@ -30,8 +30,9 @@ import os
 import re
 import shlex
 import shutil
+import threading
 from collections.abc import Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote
@@ -403,17 +404,47 @@ def first_answer_timeout() -> float:
     return FIRST_ANSWER_TIMEOUT
 
 
-def _hf_download(repo_id, filename, revision, access: Access) -> str:
+def _hf_download(repo_id, filename, revision, access: Access, *, small: bool = True) -> str:
+    """A file of the repo, through huggingface_hub's cache; a small one says if it is slow
+    (a weights file has huggingface_hub's progress bar)."""
     from huggingface_hub import hf_hub_download
 
-    return hf_hub_download(
-        repo_id,
-        filename,
-        revision=revision,
-        token=access.token,
-        cache_dir=access.cache_dir,
-        etag_timeout=first_answer_timeout(),
+    with still_waiting(filename) if small else nullcontext():
+        return hf_hub_download(
+            repo_id,
+            filename,
+            revision=revision,
+            token=access.token,
+            cache_dir=access.cache_dir,
+            etag_timeout=first_answer_timeout(),
+        )
+
+
+@contextmanager
+def still_waiting(filename: str):
+    """Log one line if fetching a small file takes longer than its first request may. When
+    that request gets no answer and nothing is cached, recent huggingface_hub (not 0.x) retries
+    it with a 60 s timeout of its own, 6 times: over 6 minutes with no sign of life."""
+    from huggingface_hub import constants
+
+    after = first_answer_timeout() + 2
+    timer = threading.Timer(
+        after,
+        logger.warning,
+        args=(
+            "still waiting for %s from %s after %g s: huggingface_hub retries a request that "
+            "fails or gets no answer, for up to several minutes (Ctrl-C stops)",
+            filename,
+            constants.ENDPOINT,
+            after,
+        ),
     )
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def embedding_tensors(names: Iterable[str], config: dict, where: str) -> dict[str, str]:
@@ -437,7 +468,7 @@ def _download_whole(repo_id, revision, commit, files, snapshot, config, access) 
             path.resolve().unlink()
             path.unlink(missing_ok=True)
             repaired = problem
-        _hf_download(repo_id, name, commit, access)
+        _hf_download(repo_id, name, commit, access, small=name == INDEX_FILE)
     size = sum((snapshot / name).stat().st_size for name in weights)
     source = _source(repo_id, revision, commit, False)
     return Fetched(snapshot, source, size, size, False, repaired)
@@ -681,6 +712,8 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
         # request of a file not cached, an answer from the Hub included.
         if isinstance(error.__cause__, hf.HfHubHTTPError):
             raise InputError(f"{at}: the Hub answered {_answer(error.__cause__)}") from None
+        if isinstance(error.__cause__, network_errors()) and requested_file(error.__cause__):
+            raise failed_request(at, error.__cause__) from None
         raise NotFound(
             f"cannot reach {constants.ENDPOINT} and {at} is not cached: connect, or set "
             "HF_ENDPOINT, and run `npbert fetch` once"
@@ -690,10 +723,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
     except hf.HfHubHTTPError as error:
         raise InputError(f"{at}: the Hub answered {_answer(error)}") from None
     except network_errors() as error:  # requests' errors are OSErrors: before the disk's
-        raise InputError(
-            f"{at}: network error talking to {constants.ENDPOINT} ({first_line(error)}); "
-            "nothing was cached, try again"
-        ) from None
+        raise failed_request(at, error) from None
     except OSError as error:
         wrong_size = WRONG_SIZE.match(str(error))
         if wrong_size:
@@ -708,12 +738,39 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
 
 
 def missing_file(error) -> str:
-    """The file an EntryNotFoundError was about, from its URL (.../resolve/REVISION/FILE): the
-    message's first line names none ("404 Client Error."), or that line where there is none."""
+    """The file an EntryNotFoundError was about, from its URL: the message's first line names
+    none ("404 Client Error."), or that line where there is none."""
     url = str(getattr(getattr(error, "response", None), "url", None) or "")
+    return file_in(url) or f"a file ({first_line(error)})"
+
+
+def failed_request(at: str, error: Exception) -> InputError:
+    """A request that got no answer or a broken one (after huggingface_hub's retries, where it
+    makes them), naming the file it was for: the Hub had answered npbert's first request."""
+    from huggingface_hub import constants
+
+    name = requested_file(error)
+    what = "no answer" if "timeout" in type(error).__name__.lower() else "network error"
+    where = f"for {name} from" if name else "talking to"
+    return InputError(
+        f"{at}: {what} {where} {constants.ENDPOINT} ({first_line(error)}); nothing was "
+        "cached, try again"
+    )
+
+
+def requested_file(error: Exception) -> str:
+    """The repo file a network error's request was for, or "" (the request is unknown)."""
+    try:
+        url = str(error.request.url)  # httpx raises RuntimeError where no request is set
+    except (AttributeError, RuntimeError):
+        return ""
+    return file_in(url)
+
+
+def file_in(url: str) -> str:
+    """The file of a Hub file URL (.../resolve/REVISION/FILE), or ""."""
     _, resolve, path = url.partition("/resolve/")
-    name = unquote(path.partition("/")[2]) if resolve else ""
-    return name or f"a file ({first_line(error)})"
+    return unquote(path.partition("/")[2]) if resolve else ""
 
 
 # huggingface_hub's check of a small file's download against the size the server announced:

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -850,3 +851,30 @@ def test_ci_tests_the_oldest_huggingface_hub_that_pyproject_allows():
 def test_hub_options_are_checked_for_a_directory_and_a_repo_id(model, options, message):
     with pytest.raises(npbert.InputError, match=re.escape(message)):
         npbert.load_weights(model, local_files_only=True, **options)
+
+
+def config_head(method: str, path: str, wanted: str) -> bool:
+    return method == "HEAD" and path.endswith("/config.json")
+
+
+def test_a_file_request_that_gets_no_answer_is_named_and_its_wait_shown(hub, record):
+    """model_info answers, config.json's HEAD does not: huggingface_hub 0.x fails at once,
+    recent versions retry it (here, after the stall ends in a dropped connection, for about
+    25 s of back-off). Either way the error names the file and does not say the Hub cannot
+    be reached; a wait longer than the first request's timeout is shown as it happens."""
+    hub.faults.append(Fault("stall", config_head, times=100))
+    release = threading.Timer(3, hub.release.set)  # a stall past the 2 s timeout, then drops
+    release.start()
+    try:
+        result = hub.run("fetch", "test/tiny", **FAST)
+    finally:
+        release.cancel()
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    *notices, error = result.stderr.splitlines()
+    assert error.startswith("npbert: error: test/tiny: ") and "cannot reach" not in error
+    assert " for config.json from http://127.0.0.1:" in error and "nothing was cached" in error
+    still = "npbert: warning: still waiting for config.json from http://127.0.0.1:"
+    assert [n.startswith(still) for n in notices] == ([True] if result.seconds > 10 else [])
+    assert entries(hub, "test/tiny") == []
+    assert result.seconds < 60
+    record(f"config.json's HEAD unanswered: named after {result.seconds:.1f} s")
