@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
@@ -147,6 +147,7 @@ def resolve(
         return path, {"model": str(path.resolve())}
     if path.is_file():
         raise InputError(f"{model} is a file: give the checkpoint directory that holds it")
+    check_not_url(model)
     if model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise InputError(f"{model}: no such checkpoint directory")
     try:
@@ -178,6 +179,7 @@ def fetch(
     damaged cached entry is fetched again). local_files_only: from the cache, or an error."""
     check_timeout_variables()
     access = Access(token, cache_dir, local_files_only)
+    check_not_url(repo_id)
     if revision == "":
         raise InputError("the revision is empty: give a branch, tag or commit, or none for main")
     with hub_errors(repo_id, revision, access), quiet_library_logs():
@@ -192,6 +194,31 @@ def fetch(
                 "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"
             )
         return download(repo_id, revision, full, access)
+
+
+# What follows a repo id in the Hub's web addresses (/ORG/NAME/tree/REVISION/...).
+WEB_PAGES = ("tree", "blob", "resolve", "commit", "commits", "discussions")
+
+
+def check_not_url(model) -> None:
+    """A repo's web address, pasted from a browser, is refused with the repo id it names."""
+    if not isinstance(model, str):
+        return  # Access and hf's validation name those
+    parts = urlsplit(model)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return
+    segments = [unquote(s) for s in parts.path.split("/") if s]
+    if segments[:1] == ["models"]:  # the Hub's listing, /models/..., not a repo
+        segments = []
+    cut = next((i for i, s in enumerate(segments) if s in WEB_PAGES), min(len(segments), 2))
+    repo_id, rest = "/".join(segments[:cut]), segments[cut:]
+    advice = f": give the repo id, {repo_id}" if repo_id else ": give the repo id, ORG/NAME"
+    if rest[:1] in (["tree"], ["blob"], ["resolve"]) and rest[1:2] not in ([], ["main"]):
+        advice += f", and the revision {rest[1]}"
+    raise InputError(
+        f"{model} is a web address{advice} (a Hub other than huggingface.co is set with "
+        "HF_ENDPOINT)"
+    )
 
 
 def from_cache(repo_id: str, revision: str | None, full: bool, access: Access) -> Fetched | None:

@@ -227,6 +227,9 @@ def test_inspect_lists_the_five_tensors(capsys):
         assert name in stdout
 
 
+HUB_PAGE = "https://huggingface.co"  # a repo's web address, pasted for its id: no request
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -246,6 +249,9 @@ def test_inspect_lists_the_five_tensors(capsys):
         (["embed", "x", "--model", TINY, "--workers", "5"], "--workers goes with --input"),
         (["embed", "x", "--model", TINY, "--engine", "ray"], "--engine goes with --input"),
         (["inspect", "./missing"], "no such checkpoint directory"),
+        (["embed", "x", "--model", f"{HUB_PAGE}/o/m"], "give the repo id, o/m ("),
+        (["fetch", f"{HUB_PAGE}/o/m/tree/v1/x"], "give the repo id, o/m, and the revision v1"),
+        (["inspect", f"{HUB_PAGE}/bert-base-uncased/blob/main/config.json"], "id, bert-base-un"),
         (["embed", "x", "--model", TINY / "config.json"], "config.json is a file: give the"),
         (["embed", "x", "--model", ""], "the model is empty"),  # not the current directory
         (["inspect", ""], "the model is empty"),
