@@ -722,15 +722,22 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
         yield
     except hf.HFValidationError as error:
         raise InputError(f"{repo_id!r} is not a valid Hub repo id: {first_line(error)}") from None
-    except hf.GatedRepoError:
+    except hf.GatedRepoError as error:
+        if token_sent(error):
+            raise InputError(
+                f"{repo_id} is gated or private (401/403) and the token sent has no access to "
+                "it: accept its terms on the Hub with that token's account, or use another"
+            ) from None
         raise InputError(
             f"{repo_id} is gated or private (401/403): accept its terms on the Hub, then pass a "
-            "token with HF_TOKEN=..., `hf auth login` or token="
+            f"token with {PASS_A_TOKEN}"
         ) from None
-    except hf.RepositoryNotFoundError:
+    except hf.RepositoryNotFoundError as error:
+        if token_refused(error):  # 0.x calls every 401 of the API "repository not found"
+            raise answered(at, error) from None
         raise NotFound(
             f"{repo_id}: repository not found on {constants.ENDPOINT} (if it is private, pass a "
-            "token with HF_TOKEN=..., `hf auth login` or token=)"
+            f"token with {PASS_A_TOKEN})"
         ) from None
     except hf.RevisionNotFoundError:
         raise InputError(f"{repo_id}: revision {revision!r} not found") from None
@@ -738,7 +745,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
         # base class. huggingface_hub 0.x raises LocalEntryNotFoundError for any failed
         # request of a file not cached, an answer from the Hub included.
         if isinstance(error.__cause__, hf.HfHubHTTPError):
-            raise InputError(f"{at}: the Hub answered {_answer(error.__cause__)}") from None
+            raise answered(at, error.__cause__) from None
         if isinstance(error.__cause__, network_errors()) and requested_file(error.__cause__):
             raise failed_request(at, error.__cause__) from None
         raise NotFound(
@@ -748,7 +755,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
     except hf.EntryNotFoundError as error:
         raise InputError(f"{at}: {missing_file(error)} not found") from None
     except hf.HfHubHTTPError as error:
-        raise InputError(f"{at}: the Hub answered {_answer(error)}") from None
+        raise answered(at, error) from None
     except network_errors() as error:  # requests' errors are OSErrors: before the disk's
         raise failed_request(at, error) from None
     except OSError as error:
@@ -812,6 +819,41 @@ def cache_write_error(path, reason: str) -> InputError:
         f"cannot write {path} ({reason}): make room there, or choose another Hugging Face "
         "cache with HF_HOME, HF_HUB_CACHE or --cache-dir"
     )
+
+
+PASS_A_TOKEN = "HF_TOKEN=..., `hf auth login`, --token or token="
+# The Hub's X-Error-Message for a token it does not know (mistyped, revoked, expired).
+TOKEN_REFUSED = "Invalid credentials in Authorization header"
+
+
+def answered(at: str, error) -> InputError:
+    """An error status from the Hub, with what to do where the status says."""
+    status = getattr(error.response, "status_code", None)
+    if token_refused(error):
+        advice = f": the Hub does not know the token sent; check the one given by {PASS_A_TOKEN}"
+    elif status == 401:
+        advice = f": if the repo is private or gated, pass a token with {PASS_A_TOKEN}"
+    elif status == 403:
+        advice = ": the token sent has no access to it (a fine-grained token may lack the repo)"
+    elif status == 429:
+        advice = ": rate limited; wait and try again (a token raises the limit)"
+    else:
+        advice = ""
+    return InputError(f"{at}: the Hub answered {_answer(error)}{advice}")
+
+
+def token_refused(error) -> bool:
+    return error.response is not None and (
+        error.response.headers.get("X-Error-Message") == TOKEN_REFUSED
+    )
+
+
+def token_sent(error) -> bool:
+    """Whether the request the Hub refused carried a token."""
+    try:
+        return bool(error.response.request.headers.get("Authorization"))
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError where no request is set
+        return False
 
 
 def _answer(error) -> str:

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 TOKEN = "hf_fake_token_for_tests"
+REVOKED = "hf_revoked_token_for_tests"  # a token the Hub does not know: 401 for every request
 HOLD = 60.0  # seconds a stalled or trickling answer lasts at most
 TRICKLE = 0.05  # seconds between two bytes of a trickle
 # What a fault does to the response of a request it matches:
@@ -37,6 +38,7 @@ FAULTS = {
     "wrong_length": "announce and send one byte more than asked, Content-Range as asked",
     "wrong_size": "say in Content-Range that the file is a byte longer",
     "error_503": "answer 503 Service Unavailable",
+    "error_429": "answer 429 Too Many Requests",
     "html_200": "answer 200 with an HTML page (a login page, a web server at the wrong address)",
     "list_200": "answer 200 with JSON that is not an object: []",
 }
@@ -126,8 +128,12 @@ def make_handler(hub: FakeHub):
                 hub.release.wait(HOLD)
                 self.close_connection = True
                 return
+            if self.headers.get("Authorization") == f"Bearer {REVOKED}":  # the Hub's answer
+                return self.error(401, None, "Invalid credentials in Authorization header")
             if self.fault == "error_503":
                 return self.error(503, "ServiceUnavailable", "injected fault")
+            if self.fault == "error_429":
+                return self.error(429, None, "injected fault")
             if self.fault in ("html_200", "list_200"):
                 page = b"<html>sign in</html>" if self.fault == "html_200" else b"[]"
                 return self.send(200, page, {"Content-Type": "text/html"}, body)
@@ -208,12 +214,10 @@ def make_handler(hub: FakeHub):
                 claimed = f"bytes {start}-{end - 1}/{size + 1}"
             return start, end, claimed
 
-        def error(self, status: int, code: str, message: str, commit: str | None = None):
-            headers = {
-                "X-Error-Code": code,
-                "X-Error-Message": message,
-                "Content-Type": "application/json",
-            }
+        def error(self, status: int, code: str | None, message: str, commit: str | None = None):
+            headers = {"X-Error-Message": message, "Content-Type": "application/json"}
+            if code:
+                headers["X-Error-Code"] = code
             if commit:
                 headers["X-Repo-Commit"] = commit
             self.send(status, json.dumps({"error": message}).encode(), headers)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DATA, TINY
-from fake_hub import TOKEN, FakeHub, Fault, serve
+from fake_hub import REVOKED, TOKEN, FakeHub, Fault, serve
 from safetensors.numpy import load_file, save_file
 
 import npbert
@@ -426,6 +426,24 @@ def test_hub_errors_are_one_line_with_exit_2(hub, repo, env, message):
     # a name that matched nothing may be a mistyped directory: say that there is none
     nowhere = "not found on" in message or "cannot reach" in message
     assert nowhere == (f"no local directory named {repo} exists either" in result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("repo", "env", "fault", "message"),
+    [
+        ("test/tiny", {"HF_TOKEN": REVOKED}, None, "the Hub does not know the token sent"),
+        ("test/gated", {"HF_TOKEN": REVOKED}, None, "the Hub does not know the token sent"),
+        ("test/gated", {"HF_TOKEN": "hf_another"}, None, "and the token sent has no access"),
+        ("test/gated", {}, None, "accept its terms on the Hub, then pass a token with HF_TO"),
+        ("test/tiny", {}, Fault("error_429", model_info), "429 Too Many Requests for http://"),
+    ],
+    ids=["revoked", "gated-revoked", "gated-other-token", "gated-no-token", "rate-limited"],
+)
+def test_refusals_say_what_to_do_about_the_token_or_the_rate(hub, repo, env, fault, message):
+    hub.faults.extend([fault] if fault else [])
+    line = one_line(hub.run("fetch", repo, **env))
+    assert message in line
+    assert ("rate limited; wait" in line) == (fault is not None)
 
 
 def test_gated_repo_loads_with_a_token(hub, tmp_path):
