@@ -24,6 +24,9 @@ from npbert.errors import InputError
 
 LOW_SPEED = 1024  # bytes/s: slower than this over a whole timeout interval is given up
 READ_SIZE = 1 << 20  # most bytes taken from one network read
+RETRY_STATUSES = (429, 500, 502, 503, 504)  # a busy or restarting server: may pass
+RETRY_WAITS = (1, 2, 4)  # seconds before each retry, unless Retry-After says
+LONGEST_WAIT = 30  # seconds: a Retry-After longer than this is an error now
 
 
 class RangeIgnored(Exception):
@@ -33,11 +36,37 @@ class RangeIgnored(Exception):
 def get_range(url: str, start: int, end: int, *, token, timeout: float, progress=None):
     """Bytes [start, end) of the file at `url` as a uint8 array, and the file's size.
 
-    Raises RangeIgnored on a 200, huggingface_hub's errors on an error status, the client's
-    network errors (network_errors()) when it is cut short or stalls for `timeout` seconds,
-    and InputError when the response is not exactly what was asked or comes too slowly.
-    `progress` (a tqdm bar) is advanced by the bytes received.
+    Raises RangeIgnored on a 200, huggingface_hub's errors on an error status (after
+    RETRY_WAITS, for the statuses that may pass), the client's network errors
+    (network_errors()) when it is cut short or stalls for `timeout` seconds, and InputError
+    when the response is not exactly what was asked or comes too slowly. `progress` (a tqdm
+    bar) is advanced by the bytes received.
     """
+    from huggingface_hub.utils import HfHubHTTPError
+
+    # huggingface_hub's http_backoff retries too, but its streaming form differs between
+    # its versions, and it would also retry a stalled read, which `timeout` is to end.
+    for wait in (*RETRY_WAITS, None):
+        try:
+            return _get_range_once(url, start, end, token, timeout, progress)
+        except HfHubHTTPError as error:
+            pause = _retry_pause(error.response, wait)
+            if pause is None:
+                raise
+            time.sleep(pause)
+
+
+def _retry_pause(response, wait: float | None) -> float | None:
+    """Seconds to wait before asking again, or None: not to ask again."""
+    if wait is None or response is None or response.status_code not in RETRY_STATUSES:
+        return None
+    after = response.headers.get("Retry-After", "")
+    if not after.isdigit():  # absent, or an HTTP date: the usual back-off
+        return wait
+    return int(after) if int(after) <= LONGEST_WAIT else None
+
+
+def _get_range_once(url, start, end, token, timeout, progress):
     from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
     headers = {

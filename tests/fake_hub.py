@@ -133,7 +133,7 @@ def make_handler(hub: FakeHub):
             if self.fault == "error_503":
                 return self.error(503, "ServiceUnavailable", "injected fault")
             if self.fault == "error_429":
-                return self.error(429, None, "injected fault")
+                return self.error(429, None, "injected fault", retry_after=1)
             if self.fault in ("html_200", "list_200"):
                 page = b"<html>sign in</html>" if self.fault == "html_200" else b"[]"
                 return self.send(200, page, {"Content-Type": "text/html"}, body)
@@ -214,10 +214,12 @@ def make_handler(hub: FakeHub):
                 claimed = f"bytes {start}-{end - 1}/{size + 1}"
             return start, end, claimed
 
-        def error(self, status: int, code: str | None, message: str, commit: str | None = None):
+        def error(self, status: int, code: str | None, message: str, commit=None, retry_after=0):
             headers = {"X-Error-Message": message, "Content-Type": "application/json"}
             if code:
                 headers["X-Error-Code"] = code
+            if retry_after:
+                headers["Retry-After"] = str(retry_after)
             if commit:
                 headers["X-Repo-Commit"] = commit
             self.send(status, json.dumps({"error": message}).encode(), headers)

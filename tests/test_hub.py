@@ -505,7 +505,6 @@ def test_two_processes_fetching_at_once_both_succeed(hub, bert_base_dir):
         ("no_content_range", data_range, "the server answered Content-Range ''"),
         ("wrong_length", data_range, "Content-Length"),
         ("wrong_size", data_range, "then the server said"),
-        ("error_503", data_range, "the Hub answered 503 Service Unavailable for http"),
         ("wrong_range", header_range, "the server answered Content-Range"),
         ("short", header_range, "nothing was cached"),
         ("wrong_size", header_range, "then the server said"),
@@ -835,6 +834,25 @@ def test_the_weights_download_shows_a_progress_bar_on_a_terminal_only(hub, tmp_p
     assert shown.strip().endswith("npbert-embeddings")
     piped = hub.run("fetch", "test/tiny")  # not a terminal: nothing on stderr
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+@pytest.mark.parametrize(("kind", "waits"), [("error_503", 1 + 2 + 4), ("error_429", 3 * 1)])
+def test_a_busy_server_is_asked_for_a_range_again(hub, kind, waits):
+    """A 429 or 5xx for tensor bytes is retried after 1, 2 and 4 s, or the Retry-After the
+    server sends (the fake's 429: 1 s), as huggingface_hub retries the small files; a fourth
+    is the error."""
+    hub.faults.append(Fault(kind, data_range, times=3))
+    passed = hub.run("fetch", "test/tiny")
+    assert passed.returncode == 0, passed.stderr
+    np.testing.assert_array_equal(
+        npbert.load_weights(entries(hub, "test/tiny")[0]).word_embeddings,
+        npbert.load_weights(TINY).word_embeddings,
+    )
+    assert sum(data_range(*request) for request in hub.requests) == 4
+    assert waits <= passed.seconds < waits + 8
+    hub.faults.append(Fault(kind, data_range, times=4))
+    failed = hub.run("fetch", "test/tiny", HF_HOME=str(hub.home / "again"))
+    assert f"the Hub answered {kind[-3:]} " in one_line(failed)
 
 
 def test_huggingface_hubs_retry_warnings_show_only_when_asked_for(hub, tmp_path):
