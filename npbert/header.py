@@ -242,11 +242,13 @@ def not_float(where, name: str, dtype: str) -> InputError:
     )
 
 
-def read_file_header(path: Path) -> tuple[int, dict[str, TensorHeader]]:
+def read_file_header(path: Path, where: str = "") -> tuple[int, dict[str, TensorHeader]]:
     """(where the data buffer starts, tensor name -> TensorHeader) of a local safetensors file,
-    validated against the file's size. Raises InputError for a damaged or truncated file."""
+    validated against the file's size. Raises InputError for a damaged or truncated file,
+    naming it as `where` (default: its path)."""
     size = path.stat().st_size
+    where = where or str(path)
     with open(path, "rb") as f:
-        length = header_length(f.read(8), size, str(path))
+        length = header_length(f.read(8), size, where)
         raw = f.read(length)
-    return 8 + length, parse_header(raw, size - 8 - length, str(path))
+    return 8 + length, parse_header(raw, size - 8 - length, where)

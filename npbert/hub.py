@@ -496,15 +496,21 @@ def _download_whole(repo_id, revision, commit, files, snapshot, config, access) 
             path.unlink(missing_ok=True)
             repaired = problem
         _hf_download(repo_id, name, commit, access, small=name == INDEX_FILE)
+        where = f"{repo_id}/{name} at {commit[:12]}"  # as the range path names it
+        served = damage_of_file(path, where) if name != INDEX_FILE else None
+        if served is not None:  # not kept: the next load would call the cache damaged
+            path.resolve().unlink()
+            path.unlink()
+            raise InputError(f"{served} (as the Hub serves it; not kept in the cache)")
     size = sum((snapshot / name).stat().st_size for name in weights)
     source = _source(repo_id, revision, commit, False)
     return Fetched(snapshot, source, size, size, False, repaired)
 
 
-def damage_of_file(path: Path) -> str | None:
+def damage_of_file(path: Path, where: str = "") -> str | None:
     """What is wrong with a safetensors file's header or size, or None."""
     try:
-        read_file_header(path)
+        read_file_header(path, where)
     except InputError as error:
         return str(error)
     return None

@@ -624,6 +624,13 @@ def test_a_served_header_is_checked_as_a_local_file_is(hub, tmp_path, case):
     hub.add(f"test/{case}", directory)
     assert message in one_line(hub.run("fetch", f"test/{case}"))
     assert entries(hub, f"test/{case}") == []
+    # whole, it is checked before it is kept: a load would call the cache damaged
+    line = one_line(hub.run("fetch", f"test/{case}", "--full"))
+    if case not in ("i32", "f64"):  # a damaged file; those are of a kind npbert refuses
+        assert message in line
+        assert f"test/{case}/model.safetensors at " in line and "; not kept in the" in line
+        assert not (snapshot(hub, f"test/{case}") / "model.safetensors").exists()
+    assert "is damaged" not in one_line(hub.run("inspect", f"test/{case}", "--full"))
     with pytest.raises(npbert.InputError):  # the local loader refuses the same file
         npbert.load_weights(directory)
 
