@@ -148,8 +148,13 @@ def resolve(
     if path.is_file():
         raise InputError(f"{model} is a file: give the checkpoint directory that holds it")
     check_not_url(model)
-    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+    if model.startswith((".", "/", "~")):
         raise InputError(f"{model}: no such checkpoint directory")
+    if model.count("/") > 1:
+        raise InputError(
+            f"{model}: no such checkpoint directory, and not a Hub repo id, which is ORG/NAME "
+            "(npbert does not read a checkpoint kept in a subfolder of a repo)"
+        )
     try:
         fetched = fetch(
             model,

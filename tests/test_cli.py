@@ -249,6 +249,7 @@ HUB_PAGE = "https://huggingface.co"  # a repo's web address, pasted for its id: 
         (["embed", "x", "--model", TINY, "--workers", "5"], "--workers goes with --input"),
         (["embed", "x", "--model", TINY, "--engine", "ray"], "--engine goes with --input"),
         (["inspect", "./missing"], "no such checkpoint directory"),
+        (["inspect", "o/m/sub"], "no such checkpoint directory, and not a Hub repo id, which"),
         (["embed", "x", "--model", f"{HUB_PAGE}/o/m"], "give the repo id, o/m ("),
         (["fetch", f"{HUB_PAGE}/o/m/tree/v1/x"], "give the repo id, o/m, and the revision v1"),
         (["inspect", f"{HUB_PAGE}/bert-base-uncased/blob/main/config.json"], "id, bert-base-un"),
