@@ -96,7 +96,7 @@ def run(args) -> int:
     except MemoryError as error:  # NumPy's names the array it could not allocate
         reason = str(error) or "no more could be allocated"
         print(f"npbert: error: out of memory ({reason})", file=sys.stderr)
-        return 1
+        return 2 if args.run in (run_compare, run_explain) else 1  # their 1 is a verdict
     except Terminated:
         print("npbert: terminated", file=sys.stderr)
         return 128 + signal.SIGTERM

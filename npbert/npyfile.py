@@ -5,9 +5,11 @@ that follow it before NumPy allocates anything: a 145-byte .npy can claim 10^11 
 and np.load would try to allocate all of them before finding the data missing.
 """
 
+import lzma
 import math
 import os
 import zipfile
+import zlib
 from pathlib import Path
 from typing import BinaryIO
 
@@ -22,6 +24,18 @@ HEADER_READERS = {
     (2, 0): np.lib.format.read_array_header_2_0,
 }
 ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")  # how np.load tells an .npz, an empty one too
+# What zipfile raises for a member it cannot give back: a damaged archive, an encrypted
+# member (RuntimeError), a compression method it lacks (NotImplementedError), damaged
+# compressed data (zlib's, lzma's, bz2's OSError).
+ARCHIVE_ERRORS = (
+    zipfile.BadZipFile,
+    RuntimeError,
+    NotImplementedError,
+    zlib.error,
+    lzma.LZMAError,
+    OSError,
+    EOFError,
+)
 
 
 def check_header(stream: BinaryIO, size: int, where: str) -> None:
@@ -77,7 +91,7 @@ def load_npz(path: str | os.PathLike, where: str) -> dict[str, np.ndarray]:
             for member in archive.infolist():
                 with archive.open(member) as stream:
                     check_header(stream, member.file_size, f"{where} {path}: {member.filename}")
-    except zipfile.BadZipFile as error:
+    except ARCHIVE_ERRORS as error:
         raise InputError(f"{where} {path}: not a readable .npz archive ({error})") from None
     with open(path, "rb") as f, _load(f, f"{where} {path}") as archive:
         return {key: _read(archive, key, f"{where} {path}") for key in archive.files}
@@ -93,5 +107,5 @@ def _load(f: BinaryIO, where: str):
 def _read(archive, key: str, where: str) -> np.ndarray:
     try:
         return archive[key]
-    except (ValueError, EOFError, MemoryError, zipfile.BadZipFile) as error:
+    except (ValueError, MemoryError, *ARCHIVE_ERRORS) as error:
         raise InputError(f"{where}: '{key}' is not a readable array ({error})") from None

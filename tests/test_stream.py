@@ -153,11 +153,15 @@ def test_a_full_disk_is_one_line_saying_so(tmp_path, minilm_dir):
     assert "written: a short write (the disk, or a quota, is full?)" in result.stderr
 
 
-def test_out_of_memory_in_the_command_itself_is_one_line(tmp_path, minilm_dir):
+@pytest.mark.parametrize(("command", "status"), [("embed", 1), ("compare", 2)])
+def test_out_of_memory_in_the_command_itself_is_one_line(tmp_path, minilm_dir, command, status):
+    """compare's 1 says the candidate is outside tolerance: running out of memory is not."""
     np.save(tmp_path / "ids.npy", np.full((4000, 512), 2000))  # 3 GB of float32 rows
-    argv = ["embed", "--ids-file", tmp_path / "ids.npy", "--model", minilm_dir]
+    np.save(tmp_path / "c.npy", np.zeros((1, 1, 384), np.float32))
+    candidate = [tmp_path / "c.npy"] if command == "compare" else []
+    argv = [command, *candidate, "--ids-file", tmp_path / "ids.npy", "--model", minilm_dir]
     result = cli(*argv, preexec_fn=_limit_memory(1200 << 20))
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.returncode == status and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert result.stderr.startswith("npbert: error: out of memory (Unable to allocate")
 
 

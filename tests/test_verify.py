@@ -552,6 +552,39 @@ def test_crafted_candidates_are_one_line_errors(tmp_path, capsys, name, content,
     assert code == 2 and message in err and err.count("\n") == 1, err
 
 
+def damaged_npz(path: Path, damage: str) -> None:
+    """An .npz of one float32 array, damaged as an archive someone hands over can be."""
+    import io
+    import zipfile
+
+    array = io.BytesIO()
+    np.save(array, np.ones((1, 4, 32), np.float32))
+    method = {"lzma": zipfile.ZIP_LZMA, "bzip2": zipfile.ZIP_BZIP2}.get(damage, 8)  # deflate
+    with zipfile.ZipFile(path, "w", compression=method) as archive:
+        archive.writestr("embeddings.npy", array.getvalue())
+    raw = bytearray(path.read_bytes())
+    central = raw.rindex(b"PK\x01\x02")
+    if damage == "encrypted":  # general purpose flag bit 0, in both headers
+        raw[6] |= 1
+        raw[central + 8] |= 1
+    elif damage == "method-99":  # AES encryption's compression method
+        raw[8:10] = raw[central + 10 : central + 12] = (99).to_bytes(2, "little")
+    else:  # compressed bytes flipped
+        data = 30 + len("embeddings.npy")
+        raw[data + 8 : data + 24] = bytes(b ^ 0xFF for b in raw[data + 8 : data + 24])
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("damage", ["encrypted", "method-99", "deflate", "lzma", "bzip2"])
+def test_a_damaged_npz_candidate_is_a_one_line_error_not_a_failed_comparison(
+    tmp_path, capsys, damage
+):
+    # Each raised out of zipfile or the decompressor: a traceback, exit 1 (the FAIL status)
+    damaged_npz(tmp_path / "c.npz", damage)
+    code, _, err = compare_text(capsys, tmp_path / "c.npz")
+    assert code == 2 and f"candidate {tmp_path / 'c.npz'}" in err and err.count("\n") == 1, err
+
+
 def test_token_cosine_of_two_zero_rows_is_one_and_of_one_zero_row_zero():
     from npbert.verify import cosines
 
