@@ -820,8 +820,27 @@ def run_compare(args) -> int:
     report = compare(
         candidate, *references, atol=args.atol, rtol=args.rtol, inputs=inputs.reference_inputs()
     )
+    note_defaulted_inputs(args, report["inputs"])
     say(to_json(report) if args.json else format_report(report))
     return 0 if report["ok"] else 1
+
+
+# With --ids-file, the inputs whose option was left out, and the default the reference took.
+DEFAULTED = {
+    "token_type_ids": ("token_type_ids_file", "all 0"),
+    "attention_mask": ("attention_mask_file", "all 1"),
+}
+
+
+def note_defaulted_inputs(args, results: dict) -> None:
+    """A candidate's input that differs from a default the reference took, not one given, says
+    so: the candidate may hold the right ones, and the option have been forgotten."""
+    for name, (option, default) in DEFAULTED.items():
+        result = results.get(name)
+        defaulted = args.ids_file is not None and getattr(args, option) is None
+        if defaulted and result and not result["ok"]:
+            flag = "--" + option.replace("_", "-")
+            result["note"] = f"the reference's are the default, {default}: no {flag} given"
 
 
 def to_json(value) -> str:

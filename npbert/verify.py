@@ -659,7 +659,9 @@ def format_report(report: dict) -> str:
     tol = report["tolerance"]
     atol = DEFAULT_ATOL_TEXT if tol["atol"] is None else f"{tol['atol']:g}"
     lines = [f"tolerance: atol {atol}, rtol {tol['rtol']:g} ({tol['against']})"]
-    lines += [_input_line(name, result) for name, result in report["inputs"].items()]
+    for name, result in report["inputs"].items():
+        notes = [result["note"]] if "note" in result else []
+        lines += [_input_line(name, result), *_note_lines(notes)]
     for name, stage in report["stages"].items():
         if "max_abs" not in stage:
             lines.append(
@@ -680,10 +682,20 @@ def format_report(report: dict) -> str:
         batch_axis = [BATCH_AXIS[stage["batch_axis"]]] if stage["batch_axis"] else []
         lines += _note_lines([*batch_axis, *stage.get("notes", ())])
     lines += [_output_line(name, report[name]) for name in OUTPUTS if name in report]
-    bad = report["first_disagreeing_stage"]
-    lines.append(
-        "PASS: every stage within tolerance"
-        if bad is None
-        else f"FAIL: the first stage that disagrees is '{bad}'"
-    )
+    lines.append(verdict(report))
     return "\n".join(lines)
+
+
+def verdict(report: dict) -> str:
+    """PASS, or FAIL with the first stage that disagrees, or, where only the output was given,
+    that no step can be named: every step before it could be the one at fault."""
+    bad = report["first_disagreeing_stage"]
+    if bad is None:
+        return "PASS: every stage within tolerance"
+    if bad in OUTPUTS and report["stages"].keys() <= set(OUTPUTS):
+        return (
+            f"FAIL: '{bad}' disagrees, and it is the only stage given, so the step at fault "
+            "cannot be named: give every stage (.npz of word, position, token_type, sum, "
+            "normalized, as `npbert embed --stages` writes) to find it"
+        )
+    return f"FAIL: the first stage that disagrees is '{bad}'"

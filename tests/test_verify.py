@@ -216,6 +216,39 @@ def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm
     assert "token cosine" in out and "ULPs" in out
 
 
+def test_a_wrong_output_given_alone_names_no_step(tmp_path, capsys, minilm, minilm_dir):
+    # "the first stage that disagrees is 'embeddings'" read as: the lookups are right
+    ids = np.array([[101, 1045, 2572, 8254, 2319, 102]])
+    stages = stages_with_bug(minilm, ids, np.zeros_like(ids), position_offset=1)
+    np.save(tmp_path / "bug.npy", stages["embeddings"])
+    code = main(["compare", str(tmp_path / "bug.npy"), "--model", str(minilm_dir), "I am Sinan"])
+    out = capsys.readouterr().out.rstrip()
+    assert code == 1 and "the first stage" not in out
+    assert out.endswith(
+        "'embeddings' disagrees, and it is the only stage given, so the step at fault cannot be "
+        "named: give every stage (.npz of word, position, token_type, sum, normalized, as "
+        "`npbert embed --stages` writes) to find it"
+    )
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_defaulted_token_type_input_says_so_where_it_differs(tmp_path, capsys, given):
+    # A pair's right token types in the candidate, and --token-type-ids-file forgotten
+    argv = ["embed", "i am", "--pair", "a b", "--model", str(TINY), "--stages"]
+    main([*argv, "--out", str(tmp_path / "s.npz")])
+    capsys.readouterr()
+    stages = dict(np.load(tmp_path / "s.npz"))
+    np.save(tmp_path / "ids.npy", stages["input_ids"])
+    np.save(tmp_path / "types.npy", np.zeros_like(stages["token_type_ids"]))
+    types = ["--token-type-ids-file", str(tmp_path / "types.npy")] if given else []
+    argv = ["compare", str(tmp_path / "s.npz"), "--model", str(TINY)]
+    assert main([*argv, "--ids-file", str(tmp_path / "ids.npy"), *types]) == 1
+    out = capsys.readouterr().out
+    assert "  token_type_ids FAIL   3 of 7 differ; the first at (0, 4): 1 vs 0" in out
+    note = "note:  the reference's are the default, all 0: no --token-type-ids-file given"
+    assert (note in out) == (not given)
+
+
 def test_the_default_tolerance_passes_float32_rounding_of_large_outputs(tmp_path, capsys):
     """gamma 300: outputs of several hundred, where one float32 step is 3e-5 to 6e-5. The float64
     reference rounded to float32, the best any float32 result can be, failed atol 1e-5."""
