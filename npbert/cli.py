@@ -203,10 +203,27 @@ def reader_gone() -> int:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line, like every other npbert error."""
+    """argparse with usage errors on one line, like every other npbert error, and an option
+    of one value refused when given twice."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, Once)
+        self.register("action", "store", Once)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class Once(argparse.Action):
+    """argparse's "store", the default action, for an option given once: argparse keeps the
+    last, and `--input a.txt --input b.txt` would embed b.txt alone without a word."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, self.default)
+        if option_string and before is not self.default:
+            parser.error(f"{option_string} given twice ({before}, then {values}): give it once")
+        setattr(namespace, self.dest, values)
 
 
 def count(text: str) -> int:
@@ -763,6 +780,12 @@ def add_corpus_options(embed: argparse.ArgumentParser) -> None:
 
 
 def run_embed_corpus(args) -> int:
+    files = [text for text in args.texts if os.path.exists(text)]
+    if files:  # `--input parts/*.txt`: the shell gave the files after the first as TEXTs
+        raise InputError(
+            f"--input takes one file or directory, and {files[0]} came as a TEXT after it: to "
+            "embed several files, give the directory that holds them"
+        )
     if args.texts or args.ids_file or args.pair or args.stages or args.project:
         raise InputError(
             "--input embeds a whole file: give no TEXT, --pair, --ids-file, --stages, --project"

@@ -440,6 +440,35 @@ def test_texts_may_follow_the_options(capsys):
     assert "unrecognized arguments: --bogus" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["embed", "--input", "a.txt", "--input", "b.txt", "--out", "o"], "--input given twice"),
+        (["embed", "x", "--model", "m", "--out", "a.npz"], "--model given twice (m, then"),
+        (["compare", "c.npy", "x", "--atol", "1", "--atol", "1"], "--atol given twice (1.0, "),
+    ],
+)
+def test_an_option_of_one_value_given_twice_is_refused(capsys, argv, message):
+    # argparse keeps the last: the first --input's texts were left out without a word
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--model", str(TINY)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_files_a_shell_glob_gave_after_input_are_named(tmp_path, capsys):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("x\n")
+    argv = ["embed", "--input", tmp_path / "a.txt", tmp_path / "b.txt", "--out", tmp_path / "o"]
+    code, _, err = run(capsys, *argv, "--model", TINY)
+    assert code == 2 and f"and {tmp_path / 'b.txt'} came as a TEXT after it" in err
+
+
+def test_options_that_add_up_may_be_repeated(capsys):
+    code, stdout, _ = run(capsys, "embed", "i", "am", "--pair", "a", "--pair", "b", "--model", TINY)
+    assert code == 0 and "[1] am" in stdout
+
+
 def npbert_process(*argv, **kwargs) -> subprocess.CompletedProcess:
     """`python -m npbert ARGV` as a process, bounded in time; arguments may be bytes."""
     kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
