@@ -58,12 +58,15 @@ def is_temporary(path: Path) -> bool:
     return re.fullmatch(rf"\..+\.{MARK}[0-9a-f]{{8}}\.tmp", path.name) is not None
 
 
-def write_atomically(path: Path, write) -> None:
+def write_atomically(path: Path, write, *, sweep: bool = True) -> None:
     """write(file object) to a temporary file beside `path`, then rename it into place. An
-    OSError names `path`, the file asked for, not the temporary the caller never saw."""
+    OSError names `path`, the file asked for, not the temporary the caller never saw.
+    sweep=False: leave the stale temporaries to the caller, which holds the directory and
+    clears them itself (listing it for each of thousands of files written there is slow)."""
     path = Path(path)
     with _naming(path):
-        remove_stale(path)
+        if sweep:
+            remove_stale(path)
         temporary, fd = _claim(path, _create)
         try:
             with os.fdopen(fd, "wb", closefd=False) as f:

@@ -856,6 +856,27 @@ def test_two_workers_write_what_one_writes_bit_for_bit(tmp_path, embedder):
         np.testing.assert_array_equal(a, embedder(item["text"], item.get("pair")).embeddings)
 
 
+def test_a_run_of_many_shards_neither_rewrites_the_index_nor_lists_the_directory_per_shard(
+    tmp_path, embedder, monkeypatch
+):
+    """Both cost time in the number of shards so far: a run of 2,184 shards took 55 s, most
+    of it rewriting index.json and listing the directory for stale temporaries."""
+    from npbert import atomic
+
+    calls = {"index": 0, "sweep": 0}
+    count = lambda key, f: lambda *a, **k: (calls.__setitem__(key, calls[key] + 1), f(*a, **k))[1]  # noqa: E731
+    monkeypatch.setattr(stream, "write_index", count("index", stream.write_index))
+    monkeypatch.setattr(atomic, "remove_stale", count("sweep", atomic.remove_stale))
+    source = tmp_path / "c.txt"
+    source.write_text("\n".join(corpus_lines(300, seed=9)) + "\n")
+    started = time.monotonic()
+    index = stream.embed_corpus(embedder, source, tmp_path / "o", shard_bytes=100, workers=1)
+    seconds = time.monotonic() - started
+    assert len(index["shards"]) > 100 and calls["sweep"] == 0
+    assert calls["index"] <= 2 + seconds / stream.INDEX_EVERY  # the first, the last, one a second
+    assert index["texts"] == 300 == sum(1 for _ in read_corpus(tmp_path / "o"))
+
+
 def test_float16_halves_the_output(tmp_path, embedder):
     from npbert.stream import embed_corpus
 
