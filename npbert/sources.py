@@ -297,21 +297,32 @@ def _parquet_file(path: str):
 
 
 def _parquet_rows(
-    path: str, file, columns: list[str], groups=(), first: int = 0
+    path: str, file, columns: list[str], groups=(), first: int = 0, start: int = 0, stop=None
 ) -> Iterator[tuple]:
-    """(text, pair) of each row (of `groups`, whose first row is `first`), pair None without
-    a pair column."""
+    """(text, pair) of each row in [start, stop) (of `groups`, whose first row is `first`),
+    pair None without a pair column. Only those rows become Python strings: a chunk of a
+    large row group converted all of the group's, and a file of one group was quadratic."""
     batches = file.iter_batches(columns=columns, batch_size=4096, row_groups=groups or None)
     row = first
     for batch in batches:
-        try:
-            texts = batch.column(0).to_pylist()
-            pairs = batch.column(1).to_pylist() if len(columns) > 1 else [None] * len(texts)
-        except UnicodeDecodeError as error:  # a string column's bytes that are not UTF-8
-            where = row_where(Path(path).name, row + _first_not_utf8(batch))
-            raise InputError(f"{where}: not UTF-8 text ({error.reason})") from None
-        yield from zip(texts, pairs, strict=True)
-        row += batch.num_rows
+        end = row + batch.num_rows
+        if stop is not None and row >= stop:
+            break
+        low, high = max(start - row, 0), min(end if stop is None else stop, end) - row
+        if low < high:
+            yield from _batch_rows(path, batch.slice(low, high - low), columns, row + low)
+        row = end
+
+
+def _batch_rows(path: str, batch, columns: list[str], row: int) -> Iterator[tuple]:
+    """(text, pair) of each row of a batch whose first row is `row`."""
+    try:
+        texts = batch.column(0).to_pylist()
+        pairs = batch.column(1).to_pylist() if len(columns) > 1 else [None] * len(texts)
+    except UnicodeDecodeError as error:  # a string column's bytes that are not UTF-8
+        where = row_where(Path(path).name, row + _first_not_utf8(batch))
+        raise InputError(f"{where}: not UTF-8 text ({error.reason})") from None
+    return zip(texts, pairs, strict=True)
 
 
 def row_where(name: str, row: int) -> str:
@@ -464,8 +475,7 @@ def _parquet_records(chunk: Chunk) -> list[Record]:
             first = row if not groups else first
             groups.append(group)
         row += rows
-    rows = list(_parquet_rows(chunk.path, file, columns, groups, first))
-    rows = rows[chunk.start - first : chunk.stop - first]
+    rows = list(_parquet_rows(chunk.path, file, columns, groups, first, chunk.start, chunk.stop))
     data = b"".join(row_bytes(text, pair) for text, pair in rows)
     if hashlib.sha256(data).hexdigest() != chunk.sha256:
         raise InputError(f"{chunk.name} changed while it was being embedded; run again")

@@ -910,6 +910,26 @@ def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_parquet_chunk_converts_only_its_own_rows(tmp_path, monkeypatch):
+    """A file of one row group (pyarrow's and pandas' default holds up to 1Mi rows): each
+    chunk made Python strings of the whole group, a run quadratic in the rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from npbert import sources
+
+    texts = [f"text {i}" for i in range(20_000)]
+    pq.write_table(pa.table({"text": texts}), tmp_path / "c.parquet")
+    pieces = list(sources.chunks(sources.input_files(tmp_path / "c.parquet", None), 4096, None))
+    converted = []
+    batch_rows = sources._batch_rows
+    monkeypatch.setattr(
+        sources, "_batch_rows", lambda *a: converted.append(a[1].num_rows) or batch_rows(*a)
+    )
+    records = [record.text for chunk in pieces for record in sources.read_chunk(chunk)]
+    assert len(pieces) > 10 and records == texts and sum(converted) == len(texts)
+
+
 def test_parquet_of_categorical_strings_equals_plain_strings(tmp_path, embedder):
     import pyarrow as pa
     import pyarrow.parquet as pq
