@@ -70,9 +70,17 @@ def regular_file(path: str | os.PathLike, where: str) -> Path:
     return path
 
 
+def given_file(path: str | os.PathLike, where: str) -> Path:
+    """path, a regular file that exists, named by `where` (an option) if not."""
+    path = regular_file(path, where)
+    if not path.exists():
+        raise InputError(f"{where} {path}: no such file")
+    return path
+
+
 def load_npy(path: str | os.PathLike, where: str) -> np.ndarray:
     """One array from a .npy file, after checking its header against the file's size."""
-    path = regular_file(path, where)
+    path = given_file(path, where)
     with open(path, "rb") as f:
         if f.read(4) in ZIP_STARTS:
             raise InputError(f"{where} {path}: an .npz archive; give one array as .npy")
@@ -85,7 +93,7 @@ def load_npy(path: str | os.PathLike, where: str) -> np.ndarray:
 def load_npz(path: str | os.PathLike, where: str) -> dict[str, np.ndarray]:
     """Every array of an .npz archive, by name, after checking each header against the size
     the archive gives its member."""
-    path = regular_file(path, where)
+    path = given_file(path, where)
     try:
         with zipfile.ZipFile(path) as archive:
             for member in archive.infolist():

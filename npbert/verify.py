@@ -19,7 +19,7 @@ import numpy as np
 
 from npbert.errors import InputError, first_line
 from npbert.inputs import indexed
-from npbert.npyfile import load_npy, load_npz, regular_file
+from npbert.npyfile import given_file, load_npy, load_npz
 
 # Every stage name a family may have (npbert.embedding), for reading a candidate's arrays.
 STAGES = (
@@ -65,9 +65,7 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Another implementation's output: .npy (one output: OUTPUT), .npz or .safetensors
     (`embeddings` or `projected`, and any stage names), or .json (a nested list, OUTPUT, or
     an object of them)."""
-    path = regular_file(path, "candidate")
-    if not path.is_file():
-        raise InputError(f"candidate {path}: no such file")
+    path = given_file(path, "candidate")
     suffix = path.suffix.lower()
     if suffix not in (".npy", ".npz", ".safetensors", ".json"):
         raise InputError(f"candidate {path}: use .npy, .npz, .safetensors or .json")

@@ -241,7 +241,7 @@ HUB_PAGE = "https://huggingface.co"  # a repo's web address, pasted for its id: 
         (["embed", "x", "--ids-file", "ids.npy", "--model", TINY], "not both"),
         (["embed", "--ids-file", "i.npy", "--truncate", "--model", TINY], "does nothing to"),
         (["embed", "x", "--token-type-ids-file", "t.npy", "--model", TINY], "goes with --ids"),
-        (["embed", "--ids-file", "/no/such.npy", "--model", TINY], "No such file"),
+        (["embed", "--ids-file", "/no/such.npy", "--model", TINY], "--ids-file /no/such.npy: no"),
         (["embed", "--ids-file", "/tmp", "--model", TINY], "--ids-file /tmp is a directory"),
         (["embed", "--ids-file", "/dev/null", "--model", TINY], "/dev/null: not a regular file"),
         (["embed", "x", "--model", TINY, "--revision", "main"], "revision applies to Hub"),
