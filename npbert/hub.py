@@ -505,7 +505,7 @@ def _download_whole(repo_id, revision, commit, files, snapshot, config, access) 
         served = damage_of_file(path, where) if name != INDEX_FILE else None
         if served is not None:  # not kept: the next load would call the cache damaged
             path.resolve().unlink()
-            path.unlink()
+            path.unlink(missing_ok=True)  # the link, where the cache has one
             raise InputError(f"{served} (as the Hub serves it; not kept in the cache)")
     size = sum((snapshot / name).stat().st_size for name in weights)
     source = _source(repo_id, revision, commit, False)

@@ -343,7 +343,7 @@ def write_pending(directory: Path, name: str, arrays: dict[str, np.ndarray]) -> 
 
 
 def commit_shard(
-    directory: Path, index: dict, name: str, chunk: Chunk, tokens: int, *, write: bool = True
+    directory: Path, index: dict, name: str, chunk: Chunk, tokens: int, *, write: bool
 ) -> None:
     """Rename the shard's files into place, then list it in the index (written if `write`):
     the index never names a shard that is not whole."""
