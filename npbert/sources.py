@@ -113,8 +113,8 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
 def say_left_out(source, entries: list[Path], files: list[Path]) -> None:
     """Log a warning naming what a directory --input holds besides its files of texts, as they
     are not read: subdirectories and files of other extensions. Names starting with . or _
-    are left out without one (hidden, or metadata such as Hadoop's _SUCCESS: pyarrow.dataset
-    leaves out both)."""
+    are not named in it (hidden, or metadata such as Hadoop's _SUCCESS). A file of texts
+    whose name starts with _ is read; one whose name starts with . is not."""
     read = set(files)  # a directory may hold thousands of Parquet parts
     others = [p for p in entries if p.name[0] not in "._" and p not in read]
     if others:
