@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npbert.checkpoint import EmbeddingWeights, check_weights
+from npbert.cores import cpus
 from npbert.errors import InputError
 
 # Tokens per block, as measured on bert-base (scripts/bench.py, AMD EPYC, 1 MiB L2 a core):
@@ -494,13 +495,6 @@ def submit(work, share, helpers: int) -> list[Future]:
         except RuntimeError:  # "... after interpreter shutdown", "can't start new thread"
             break
     return futures
-
-
-def cpus() -> int:
-    """The cores this process may run on (its affinity, as taskset or a container sets it)."""
-    if hasattr(os, "sched_getaffinity"):  # Linux
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 _pool: dict[int, ThreadPoolExecutor] = {}  # {its threads: the pool}: at most one

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from npbert import fast
+from npbert.cores import cpus
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count
 from npbert.sources import Record
@@ -338,7 +338,7 @@ def connect(ray, address: str | None) -> bool:
         ray.init(
             # "local" starts one here even where `ray start` left a cluster to join
             address=joining or "local",
-            num_cpus=None if joining else fast.cpus(),  # a cluster's own, when joining one
+            num_cpus=None if joining else cpus(),  # a cluster's own, when joining one
             include_dashboard=False,
             log_to_driver=False,  # the actors' logs stay in the cluster's log files
             logging_level=logging.ERROR,

@@ -40,6 +40,7 @@ import numpy as np
 from npbert import fast
 from npbert.atomic import is_temporary, write_atomically
 from npbert.config import JSON_ERRORS, json_problem
+from npbert.cores import cpus
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count, check_flag, check_path
 from npbert.model import Embedder, check_embedder, refuse_pair, refuse_token, refuse_type
@@ -415,7 +416,7 @@ class LocalEngine:
 
     def __init__(self, embedder: Embedder, *, workers: int | None, truncation: bool, dtype):
         self.embedder, self.truncation, self.dtype = embedder, truncation, dtype
-        cores = fast.cpus()
+        cores = cpus()
         self.workers = cores if workers is None else check_count("workers", workers)
         if self.workers > WORKERS_PER_CORE * cores:
             raise InputError(

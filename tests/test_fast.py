@@ -241,11 +241,6 @@ def test_batches_of_every_size_share_one_pool_of_threads(models):
     assert len(fast._pool) == 1
 
 
-def test_every_core_means_the_cores_this_process_may_use(monkeypatch):
-    monkeypatch.setattr(fast.os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert fast.cpus() == 1
-
-
 CHECKPOINTS = sorted(path.name for path in DATA.glob("tiny-*"))
 
 
