@@ -393,26 +393,42 @@ def input_array(value) -> np.ndarray | None:
 def input_result(mine: np.ndarray, expected: np.ndarray) -> dict:
     """{"ok", "differ", "of", "first": {index, candidate, reference}} for one input, (B, L) or
     (L,): the same shape, or (L,) rows a batch shares against (B, L) ones or the reverse; for
-    other shapes {"ok": False, "candidate_shape", "expected_shape"}."""
+    other shapes {"ok": False, "candidate_shape", "expected_shape"}, and for rows of another
+    length also where they part: "first" within the shorter length, or "agree", that length."""
     shared = {mine.ndim, expected.ndim} == {1, 2} and mine.shape[-1] == expected.shape[-1]
     if mine.shape != expected.shape and not shared:
-        return {
+        result = {
             "ok": False,
             "candidate_shape": list(mine.shape),
             "expected_shape": list(expected.shape),
         }
+        if mine.ndim == expected.ndim and mine.shape[:-1] == expected.shape[:-1]:
+            # other lengths (a tokenizer's mistake): where do the rows part?
+            n = min(mine.shape[-1], expected.shape[-1])
+            result.update(_first_difference(mine[..., :n], expected[..., :n]))
+            result["agree"] = 0 if "first" in result else n
+        return result
     shape = np.broadcast_shapes(mine.shape, expected.shape)
     mine, expected = np.broadcast_to(mine, shape), np.broadcast_to(expected, shape)
     differ = mine != expected  # (B, L) or (L,); NaN differs from every id
     result = {"ok": not differ.any(), "differ": int(differ.sum()), "of": differ.size}
-    if differ.any():
-        at = tuple(np.argwhere(differ)[0])
-        result["first"] = {
+    return result | _first_difference(mine, expected)
+
+
+def _first_difference(mine: np.ndarray, expected: np.ndarray) -> dict:
+    """{"first": {index, candidate, reference}}, the first place two arrays of one shape
+    differ, or {} where they agree."""
+    differ = mine != expected
+    if not differ.any():
+        return {}
+    at = tuple(np.argwhere(differ)[0])
+    return {
+        "first": {
             "index": [int(i) for i in at],
             "candidate": mine[at].item(),
             "reference": expected[at].item(),
         }
-    return result
+    }
 
 
 def checked_candidate(candidate, reference64: dict) -> dict:
@@ -639,7 +655,14 @@ def _input_line(name: str, result: dict) -> str:
     """One input's line: ok, FAIL with the first difference, or SHAPE."""
     if "candidate_shape" in result:
         shapes = f"candidate {tuple(result['candidate_shape'])}, "
-        return f"  {name:<14} SHAPE  {shapes}expected {tuple(result['expected_shape'])}"
+        line = f"  {name:<14} SHAPE  {shapes}expected {tuple(result['expected_shape'])}"
+        if "first" in result:
+            first = result["first"]
+            line += f"; the first difference at {tuple(first['index'])}: "
+            line += f"{first['candidate']} vs {first['reference']}"
+        elif result.get("agree"):
+            line += f"; the first {result['agree']} of each row agree"
+        return line
     if result["ok"]:
         return f"  {name:<14} ok     all {result['of']} as the reference's"
     first = result["first"]

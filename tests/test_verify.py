@@ -908,7 +908,13 @@ def test_a_candidates_own_input_ids_are_checked_first(tmp_path, capsys):
         "ok": False,
         "candidate_shape": [1, 3],
         "expected_shape": [1, 4],
-    }
+        "first": {"index": [0, 0], "candidate": int(sep), "reference": int(cls)},
+        "agree": 0,
+    }  # a length from another tokenization: where the rows part, as for one length
+    stages["input_ids"][0, 0] = cls  # now only [SEP] is missing
+    np.savez(tmp_path / "short.npz", **stages)
+    code, out, _ = compare_text(capsys, tmp_path / "short.npz")
+    assert "SHAPE  candidate (1, 3), expected (1, 4); the first 3 of each row agree" in out
 
 
 def test_inputs_are_checked_only_where_the_reference_has_them(tiny_stages):
