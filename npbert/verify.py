@@ -503,6 +503,11 @@ BEFORE_PROJECTION = (
     "checked as the layer's output, before the projection to the hidden size that follows "
     "it ('projected', what the first encoder layer receives)"
 )
+PADDED_FURTHER = (
+    "{} tokens a sequence where the reference has {}: padded to a fixed length (as "
+    "tokenizer.json's padding may say)? npbert pads a batch only to its longest text; give "
+    "the padded ids with --ids-file and the mask with --attention-mask-file to compare all"
+)
 PER_SEQUENCE = (
     "the reference's position rows differ between sequences (positions derived from each "
     "sequence's padding): give them per sequence"
@@ -539,6 +544,11 @@ def _shape_notes(stage: StageResult, candidate: dict, reference64: dict, bare: b
         shape, expected = stage.shapes  # (L, E) against (B, L, E)
         if len(shape) == 2 and len(expected) == 3 and shape == expected[1:]:
             yield PER_SEQUENCE
+    if not stage.shape_ok:
+        shape, expected = stage.shapes  # (B, L, E) or (B, L) against the same, L longer
+        others_agree = shape[:-2] + shape[-1:] == expected[:-2] + expected[-1:]
+        if len(shape) == len(expected) >= 2 and shape[-2] > expected[-2] and others_agree:
+            yield PADDED_FURTHER.format(shape[-2], expected[-2])
 
 
 def _fits_other(name: str, other: str, candidate: dict, reference64: dict) -> bool:

@@ -231,6 +231,19 @@ def test_a_wrong_output_given_alone_names_no_step(tmp_path, capsys, minilm, mini
     )
 
 
+def test_an_output_padded_to_a_fixed_length_is_named_so(tmp_path, capsys, minilm_dir):
+    # A port that follows tokenizer.json's padding (all-MiniLM-L6-v2's: to 128) got SHAPE alone
+    weights = npbert.load_weights(minilm_dir)
+    ids = np.zeros((1, 128), np.int64)
+    ids[0, :6] = [101, 1045, 2572, 8254, 2319, 102]
+    mask = (np.arange(128) < 6)[None].astype(np.int64)
+    np.save(tmp_path / "c.npy", npbert.embed(weights, ids, attention_mask=mask))
+    code = main(["compare", str(tmp_path / "c.npy"), "--model", str(minilm_dir), "I am Sinan"])
+    out = capsys.readouterr().out
+    assert code == 1 and "SHAPE  candidate (1, 128, 384), expected (1, 6, 384)" in out
+    assert "note:  128 tokens a sequence where the reference has 6: padded to a fixed" in out
+
+
 @pytest.mark.parametrize("given", [False, True])
 def test_a_defaulted_token_type_input_says_so_where_it_differs(tmp_path, capsys, given):
     # A pair's right token types in the candidate, and --token-type-ids-file forgotten
