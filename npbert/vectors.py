@@ -2,6 +2,7 @@
 can read, with a manifest.json naming each file, its shape and dtype, the tolerance, and the
 checkpoint's sha256."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -65,7 +66,12 @@ float32 and in float64:
 float64 files are computed in float64 from the stored weights: the exact reference. float32
 files are what a float32 implementation should produce. Padding positions are embedded like
 any other (only DeBERTa's embedding layer uses the attention mask, to zero them).
-manifest.json gives the model_type and its formula, lists every file with its shape and
+B is the batch, L the tokens a sequence, E the width of the tables and H the hidden size
+(E but where a projection maps E to H). manifest.json gives the model_type and its formula
+(the family's, with its optional parts in parentheses), the checkpoint's own settings in
+"config" (the sizes; padding_idx, from which RoBERTa's positions start; projection: "inside"
+for DeBERTa's before the norm, "after" for the one after the layer; word_scale, the word rows'
+factor; layer_norm_bias, whether there is a beta), lists every file with its shape and
 dtype, and the sha256 of the checkpoint's weights file(s) as npbert read them (for a model
 fetched from the Hub with its embedding tensors only, "model" says so: the file is npbert's
 cut of the Hub's, and its sha256 is not the Hub's). Each float64 stage file also has
@@ -219,6 +225,10 @@ def write_vectors(embedder: Embedder, directory: str | os.PathLike) -> dict:
         "model": weights.source,
         "model_type": weights.config.model_type,
         "formula": weights.config.formula,
+        "config": {
+            **dataclasses.asdict(weights.config),
+            "layer_norm_bias": weights.layer_norm_bias is not None,
+        },
         "weights_sha256": {path.name: sha256(path) for path in weights.files},
         "layer_norm_eps": weights.config.layer_norm_eps,
         # each float64 file's "atol" applies these to its values (FORMAT.md)

@@ -263,6 +263,12 @@ def test_vectors_follow_the_family(capsys, tmp_path, family):
     manifest = json.loads((out / "manifest.json").read_text())
     weights = weights_for({"model": f"tests/data/tiny-{family}"})
     assert manifest["model_type"] == weights.config.model_type
+    # the checkpoint's own settings, which the family's formula leaves open
+    config = manifest["config"]
+    assert config["padding_idx"] == weights.config.padding_idx
+    assert config["max_position_embeddings"] == weights.config.max_position_embeddings
+    assert config["type_vocab_size"] == weights.config.type_vocab_size
+    assert config["layer_norm_bias"] == (weights.layer_norm_bias is not None)
     expected = set(npbert.embed_stages(weights, [[1, 2]], project=True))
     assert set(manifest["stages"]) == expected
     for case in manifest["cases"].values():
