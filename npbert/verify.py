@@ -523,10 +523,24 @@ def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool, ba
         if stage.shape_ok and not stage.ok:
             values = candidate[stage.name]
             expected, _ = _align(stage.name, values, reference64[stage.name], batch)
-            said.append(narrow_format(values, expected))
+            said += [not_finite(values), narrow_format(values, expected)]
         if any(said):
             notes[stage.name] = [note for note in said if note]
     return notes
+
+
+def not_finite(values: np.ndarray) -> str | None:
+    """How many of a candidate's values are NaN or infinite, and where the first is: its
+    max |diff| and cosine say only inf."""
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return None
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    count = int(bad.sum())
+    return (
+        f"{count} of the candidate's values {'is' if count == 1 else 'are'} NaN or infinite, "
+        f"the first at {first}: {values[first]}"
+    )
 
 
 def _shape_notes(stage: StageResult, candidate: dict, reference64: dict, bare: bool):

@@ -201,6 +201,9 @@ def test_nan_in_the_candidate_fails(tmp_path, capsys, minilm_dir):
         tmp_path,
     )
     assert code == 1 and report["stages"]["embeddings"]["worst"]["index"] == [3, 7]
+    # "max |diff| inf" alone: how many, and where the first is
+    note = "1 of the candidate's values is NaN or infinite, the first at (3, 7): nan"
+    assert note in report["stages"]["embeddings"]["notes"]
 
 
 def test_text_report_states_the_tolerance_and_the_stage(tmp_path, capsys, minilm, minilm_dir):
