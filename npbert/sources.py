@@ -14,7 +14,7 @@ as a fresh one would. The main process only reads, hashes and cuts; the records 
 where the chunk is embedded (a worker process, a Ray actor), which reads the chunk's byte or
 row range again and checks it against the chunk's sha256.
 
-What identifies the input consumed so far (stored in the index after every shard): the count
+What identifies the input consumed so far (stored in the index with the shards it lists): the count
 of texts and of bytes, and the sha256 of those bytes: each line with its line end, or for
 Parquet each row as the JSON [text, pair] and a newline. --resume reads that much of the
 input again and refuses to continue if it differs; what follows it is embedded, so a file

@@ -135,7 +135,8 @@ def checkpoint_digest(embedder: Embedder) -> str:
 
 def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress) -> dict:
     """The corpus job for any engine: chunks after what the index holds, shards committed in
-    input order, the index rewritten after each."""
+    input order, the index rewritten at most every INDEX_EVERY seconds, at the end and when
+    stopped."""
     resume = check_flag("resume", resume)
     check_mode(progress)
     if not check_path("directory", directory):  # Path("") is the current directory
