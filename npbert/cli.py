@@ -841,7 +841,12 @@ def run_compare(args) -> int:
         for dtype in (np.float64, np.float32)
     ]
     report = compare(
-        candidate, *references, atol=args.atol, rtol=args.rtol, inputs=inputs.reference_inputs()
+        candidate,
+        *references,
+        atol=args.atol,
+        rtol=args.rtol,
+        inputs=inputs.reference_inputs(),
+        attention_mask=inputs.attention_mask,
     )
     note_defaulted_inputs(args, report["inputs"])
     say(to_json(report) if args.json else format_report(report))

@@ -167,6 +167,7 @@ class StageResult:
     ok: bool = False
     worst: dict = field(default_factory=dict)  # index, candidate, reference, npbert_float32
     batch_axis: str | None = None  # "added" or "dropped" to compare (BATCH_AXIS), or None
+    padding_only: bool = False  # out of tolerance, but only where attention_mask is 0
 
 
 def _align(name: str, candidate: np.ndarray, expected: np.ndarray, batch=None) -> tuple:
@@ -209,8 +210,11 @@ def _errors(candidate: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, fl
     return error, float(relative.max())
 
 
-def compare_stage(name, candidate, reference64, reference32, atol, rtol, batch) -> StageResult:
-    """One stage against the references; atol None: default_atol of the reference."""
+def compare_stage(
+    name, candidate, reference64, reference32, atol, rtol, batch, mask=None
+) -> StageResult:
+    """One stage against the references; atol None: default_atol of the reference. mask: the
+    (B, L) attention_mask, to tell a stage wrong only in padding rows."""
     expected, batch_axis = _align(name, candidate, reference64, batch)
     if expected is None:
         return StageResult(name, False, (candidate.shape, reference64.shape))
@@ -230,6 +234,7 @@ def compare_stage(name, candidate, reference64, reference32, atol, rtol, batch) 
         max_rel_float32=max_rel32,
         atol=atol,
         ok=_within(error, expected, atol, rtol),
+        padding_only=_padding_only(error, expected, atol, rtol, mask),
         worst={
             "index": [int(i) for i in worst],
             "candidate": float(candidate[worst]),
@@ -237,6 +242,15 @@ def compare_stage(name, candidate, reference64, reference32, atol, rtol, batch) 
             "npbert_float32": float(expected32[worst]),
         },
     )
+
+
+def _padding_only(error, expected, atol: float, rtol: float, mask) -> bool:
+    """Whether a stage out of tolerance is within it on every row where mask is 1: a port that
+    leaves padding rows unfinished (a C loop over the real tokens) is right where it counts."""
+    if mask is None or np.shape(mask) != error.shape[:2] or _within(error, expected, atol, rtol):
+        return False
+    real = np.asarray(mask) != 0  # (B, L)
+    return bool(real.any()) and _within(error[real], expected[real], atol, rtol)
 
 
 def _within(error: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> bool:
@@ -294,6 +308,7 @@ def compare(
     atol: float | None = None,
     rtol: float = DEFAULT_RTOL,
     inputs: dict | None = None,
+    attention_mask=None,
 ) -> dict:
     """The full report: every provided stage in order, the first that disagrees, and for the
     output its float32 ULP error and per-token cosine similarity. reference64 and reference32:
@@ -303,7 +318,10 @@ def compare(
 
     inputs: the reference's inputs, {name: array} as INPUTS names them (None where the layer
     takes none). The candidate's arrays of those names are checked first, value for value: a
-    tokenizer's mistake shows there, before the lookups. Without it, they are left out."""
+    tokenizer's mistake shows there, before the lookups. Without it, they are left out.
+
+    attention_mask: the (B, L) mask of the reference's inputs, 0 at padding: a stage out of
+    tolerance only in padding rows says so in its notes (the verdict is still FAIL)."""
     check_references(reference64, reference32)
     check_finite(reference64, "npbert's float64 reference")
     atol = None if atol is None else check_tolerance("atol", atol)
@@ -316,7 +334,14 @@ def compare(
     with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
         stages = [
             compare_stage(
-                name, candidate[name], reference64[name], reference32[name], atol, rtol, batch
+                name,
+                candidate[name],
+                reference64[name],
+                reference32[name],
+                atol,
+                rtol,
+                batch,
+                attention_mask,
             )
             for name in reference64
             if name in candidate
@@ -503,6 +528,10 @@ BEFORE_PROJECTION = (
     "checked as the layer's output, before the projection to the hidden size that follows "
     "it ('projected', what the first encoder layer receives)"
 )
+PADDING_ONLY = (
+    "every value out of tolerance is in a padding row (attention_mask 0); the real tokens "
+    "agree. npbert embeds padding rows as the family's layer does"
+)
 PADDED_FURTHER = (
     "{} tokens a sequence where the reference has {}: padded to a fixed length (as "
     "tokenizer.json's padding may say)? npbert pads a batch only to its longest text; give "
@@ -554,6 +583,8 @@ def _shape_notes(stage: StageResult, candidate: dict, reference64: dict, bare: b
         yield BEFORE_PROJECTION
     if stage.name == "projected" and _fits_other("projected", "embeddings", candidate, reference64):
         yield EMBEDDINGS_AS_PROJECTED
+    if stage.padding_only:
+        yield PADDING_ONLY
     if stage.name == "position" and not stage.shape_ok:
         shape, expected = stage.shapes  # (L, E) against (B, L, E)
         if len(shape) == 2 and len(expected) == 3 and shape == expected[1:]:

@@ -234,6 +234,20 @@ def test_a_wrong_output_given_alone_names_no_step(tmp_path, capsys, minilm, mini
     )
 
 
+@pytest.mark.parametrize("row", ["padding", "real"])
+def test_a_stage_wrong_only_in_padding_rows_says_so(tmp_path, capsys, row):
+    # A C port that leaves padding rows at zero is right where a model looks; it said FAIL only
+    embedder = npbert.Embedder.from_pretrained(TINY)
+    texts = ["i am", "i am sinan and this is a test"]
+    output = embedder(texts).embeddings.copy()  # (2, L, 32): the first row padded
+    output[0, -1 if row == "padding" else 1] = 0.0
+    np.save(tmp_path / "c.npy", output)
+    code = main(["compare", str(tmp_path / "c.npy"), "--model", str(TINY), *texts])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert ("every value out of tolerance is in a padding row" in out) == (row == "padding")
+
+
 def test_an_output_padded_to_a_fixed_length_is_named_so(tmp_path, capsys, minilm_dir):
     # A port that follows tokenizer.json's padding (all-MiniLM-L6-v2's: to 128) got SHAPE alone
     weights = npbert.load_weights(minilm_dir)
