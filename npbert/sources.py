@@ -97,6 +97,11 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
     else:
         raise InputError(f"--input {source}: No such file or directory")
     for p in files:  # a FIFO or a device would be waited on, or read only once
+        if p.exists() and not p.is_file() and not p.is_dir():
+            raise InputError(
+                f"--input {p}: not a regular file (a pipe or a device); for standard input, "
+                "give --input -"
+            )
         regular_file(p, "--input")
     if input_format is None and not _format(files[0]):
         raise InputError(

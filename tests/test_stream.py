@@ -1163,6 +1163,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
     argv = ("embed", "--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--model", TINY)
     result = cli(*argv, timeout=60)
     assert result.returncode == 2 and "c.txt: not a regular file" in result.stderr, result.stderr
+    assert "for standard input, give --input -" in result.stderr  # <(cmd), /dev/stdin
 
 
 def test_a_parquet_row_of_null_text_is_named_counting_from_0(tmp_path):
