@@ -41,9 +41,9 @@ def cgroup_quota(root: Path, membership: Path) -> int | None:
         _, controllers, path = fields
         if controllers == "":
             quotas += _quotas(root, path, "cpu.max", _v2_quota)
-        elif "cpu" in controllers.split(","):
-            quotas += _quotas(root / controllers, path, "cpu.cfs_quota_us", _v1_quota)
-            quotas += _quotas(root / "cpu", path, "cpu.cfs_quota_us", _v1_quota)
+        elif "cpu" in controllers.split(","):  # mounted as "cpu,cpuacct", with "cpu" linked
+            for mount in {root / controllers, root / "cpu"}:
+                quotas += _quotas(mount, path, "cpu.cfs_quota_us", _v1_quota)
     return min(quotas, default=None)
 
 
