@@ -867,9 +867,16 @@ def test_a_run_of_many_shards_neither_rewrites_the_index_nor_lists_the_directory
     from npbert import atomic
 
     calls = {"index": 0, "sweep": 0}
-    count = lambda key, f: lambda *a, **k: (calls.__setitem__(key, calls[key] + 1), f(*a, **k))[1]  # noqa: E731
-    monkeypatch.setattr(stream, "write_index", count("index", stream.write_index))
-    monkeypatch.setattr(atomic, "remove_stale", count("sweep", atomic.remove_stale))
+
+    def counting(key, function):
+        def counted(*args, **kwargs):
+            calls[key] += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(stream, "write_index", counting("index", stream.write_index))
+    monkeypatch.setattr(atomic, "remove_stale", counting("sweep", atomic.remove_stale))
     source = tmp_path / "c.txt"
     source.write_text("\n".join(corpus_lines(300, seed=9)) + "\n")
     started = time.monotonic()
