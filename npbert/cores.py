@@ -9,6 +9,7 @@ its ancestors (the tightest counts), rounded up to whole cores. Python 3.13's
 os.process_cpu_count() reads only the affinity; no library npbert depends on reads either.
 """
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -26,6 +27,7 @@ def cpus(cgroup_root: Path = CGROUP, membership: Path = Path("/proc/self/cgroup"
     return max(1, min(cores, quota)) if quota else cores
 
 
+@functools.cache  # read once a process: every embed() call asks, and the files are slow
 def cgroup_quota(root: Path, membership: Path) -> int | None:
     """The tightest CPU quota over the process's cgroups, in whole cores, or None (none set,
     or no cgroup file system)."""

@@ -12,6 +12,7 @@ from npbert import fast
 from npbert.checkpoint import EmbeddingWeights, check_weights, load_checkpoint
 from npbert.errors import InputError
 from npbert.inputs import check_count, check_flag, prepare_inputs
+from npbert.ragged import embed_encodings
 
 
 def resolve(
@@ -309,9 +310,10 @@ class Embedder:
         """Embed every text of a list on its own: one EmbedderOutput per text, in order, each
         as embedder(text) gives it, (L_i, E) float32 and (L_i,) int64 with no padding.
 
-        The texts are embedded batch_size at a time, sorted by length so that each batch,
-        padded to its own longest text, holds little padding: beyond the outputs, memory
-        stays within one batch. show_progress_bar: a tqdm bar of the texts embedded.
+        The texts are embedded batch_size at a time, each batch's tokens back to back as the
+        corpus job embeds them (npbert.ragged): no padding is computed, none is needed (a
+        tokenizer without a pad token takes texts of any lengths), and beyond the outputs,
+        memory stays within one batch. show_progress_bar: a tqdm bar of the texts embedded.
         Other arguments as __call__.
         """
         from npbert.hub import check_timeout_variables
@@ -327,16 +329,14 @@ class Embedder:
         show_progress_bar = check_flag("show_progress_bar", show_progress_bar)
         texts, pairs = _batch(texts, pairs)
         encodings = self._tokenize(texts, pairs, truncation, max_length)
-        order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
-        outputs: list = [None] * len(encodings)
+        outputs: list = []
         with tqdm(total=len(encodings), unit="text", disable=not show_progress_bar) as bar:
-            for start in range(0, len(order), batch_size):
-                members = order[start : start + batch_size]
-                batch = self._pad([encodings[i] for i in members], members)
-                embeddings = self.embed(batch)  # (batch, longest, E)
-                for row, i in enumerate(members):
-                    outputs[i] = _unpadded(batch, embeddings, row)
-                bar.update(len(members))
+            for start in range(0, len(encodings), batch_size):
+                batch = encodings[start : start + batch_size]
+                self._check_ids(batch, range(start, start + len(batch)))
+                arrays = embed_encodings(self.weights, batch, threads=None)  # (N, E), (N,)
+                outputs += _each(batch, arrays)
+                bar.update(len(batch))
         return outputs
 
     def _tokenize(self, texts, pairs, truncation: bool, max_length: int | None) -> list:
@@ -349,24 +349,27 @@ class Embedder:
         return self.tokenizer.encode_batch(texts, pairs, max_length=limit, truncation=truncation)
 
     def _pad(self, encodings: list, indices):
-        """The Encodings padded to their longest; an id past the word table means the
-        tokenizer is not the checkpoint's (it would otherwise be blamed on input_ids).
-        indices: the caller's index of each encoding, for errors."""
-        padded = self.tokenizer.pad(encodings)
-        types = padded.token_type_ids  # (B, L); only a model of one type can lack a pair's
-        if self.weights.config.type_vocab_size == 1 and types.any():  # as stream.tokenize
-            b, i = np.argwhere(types)[0]
-            refuse_pair(self.weights.config, _where(encodings, indices, b, i), int(types[b, i]))
-        rows = self.weights.config.type_vocab_size
-        if rows and types.size and types.max() >= rows:  # where, only when there is one
-            b, i = np.argwhere(types >= rows)[0]
-            refuse_type(self, _where(encodings, indices, b, i), int(types[b, i]))
-        past = np.argwhere(padded.input_ids >= self.weights.config.vocab_size)
-        if past.size:
-            b, i = past[0]
-            where = _where(encodings, indices, b, i)
-            refuse_token(self, where, padded.tokens[b][i], int(padded.input_ids[b, i]))
-        return padded
+        """The Encodings padded to their longest, checked (_check_ids). indices: the caller's
+        index of each encoding, for errors."""
+        self._check_ids(encodings, indices)
+        return self.tokenizer.pad(encodings)
+
+    def _check_ids(self, encodings: list, indices) -> None:
+        """Token types and ids the tables have rows for: past them, the tokenizer is not the
+        checkpoint's (it would otherwise be blamed on the ids); only a model of one type may
+        lack a pair's. indices: the caller's index of each encoding, for errors."""
+        config = self.weights.config
+        for row, encoding in enumerate(encodings):
+            types, ids = encoding.type_ids, encoding.ids
+            if config.type_vocab_size == 1 and any(types):  # as stream.tokenize
+                i = next(i for i, t in enumerate(types) if t)
+                refuse_pair(config, _where(encodings, indices, row, i), types[i])
+            if config.type_vocab_size and max(types, default=0) >= config.type_vocab_size:
+                i = next(i for i, t in enumerate(types) if t >= config.type_vocab_size)
+                refuse_type(self, _where(encodings, indices, row, i), types[i])
+            if max(ids, default=0) >= config.vocab_size:
+                i = next(i for i, t in enumerate(ids) if t >= config.vocab_size)
+                refuse_token(self, _where(encodings, indices, row, i), encoding.tokens[i], ids[i])
 
 
 def _where(encodings: list, indices, row: int, token: int) -> str:
@@ -430,14 +433,21 @@ def _listed(name: str, values) -> list | None:
     return list(values)
 
 
-def _unpadded(batch, embeddings: np.ndarray, row: int) -> EmbedderOutput:
-    """Row `row` of a padded batch without its padding, copied, so that no output keeps the
+KEPT = ("embeddings", "input_ids", "token_type_ids")  # of embed_encodings' arrays
+
+
+def _each(encodings: list, arrays: dict) -> list[EmbedderOutput]:
+    """Each text's rows of a batch embedded back to back, copied, so that no output keeps the
     whole batch's memory alive."""
-    length = len(batch.tokens[row])
-    return EmbedderOutput(
-        embeddings[row, :length].copy(),
-        batch.input_ids[row, :length].copy(),
-        batch.token_type_ids[row, :length].copy(),
-        batch.attention_mask[row, :length].copy(),
-        tokens=batch.tokens[row],
-    )
+    embeddings, ids, types = (arrays[key] for key in KEPT)  # (N, E), (N,), (N,)
+    ends = np.cumsum(arrays["lengths"]).tolist()  # where each text ends
+    return [
+        EmbedderOutput(
+            embeddings[start:end].copy(),
+            ids[start:end].copy(),
+            types[start:end].copy(),
+            np.ones(end - start, np.int64),
+            tokens=encoding.tokens,
+        )
+        for encoding, start, end in zip(encodings, [0, *ends[:-1]], ends, strict=True)
+    ]

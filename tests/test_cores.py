@@ -60,3 +60,12 @@ def test_a_tiny_quota_still_gives_one_core(tmp_path):
     root = cgroup_tree(tmp_path / "cgroup", {"cpu.max": "1000 100000"})  # 0.01 of a core
     (tmp_path / "self").write_text("0::/\n")
     assert cores.cpus(root, tmp_path / "self") == 1
+
+
+def test_the_quota_is_read_once_a_process(tmp_path):
+    # every embed() call asks for the cores: four file reads a call cost more than a short call
+    root = cgroup_tree(tmp_path / "cgroup", {"cpu.max": "100000 100000"})
+    (tmp_path / "self").write_text("0::/\n")
+    assert cores.cgroup_quota(root, tmp_path / "self") == 1
+    (root / "cpu.max").unlink()
+    assert cores.cgroup_quota(root, tmp_path / "self") == 1

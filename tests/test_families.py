@@ -382,3 +382,19 @@ def test_compare_passes_a_vectors_padded_batch_given_its_input_files(capsys, tmp
         capsys, "compare", case / "embeddings.float32.npy", "--model", model, *files
     )
     assert code == 0 and "min token cosine 1.0" in out, out + err
+
+
+TOKENIZED = sorted(p.name for p in DATA.glob("tiny-*") if (p / "tokenizer.json").exists())
+
+
+@pytest.mark.parametrize("name", TOKENIZED)
+def test_embed_each_gives_each_text_as_alone_for_every_family(name):
+    # embed_each embeds a batch's tokens back to back (npbert.ragged): no padding, and bit for
+    # bit what each text gives alone, whatever the family numbers positions from
+    embedder = npbert.Embedder.from_pretrained(DATA / name)
+    texts = ["hello world", "a", "this is a longer sentence of text"]
+    for output, text in zip(embedder.embed_each(texts, batch_size=2), texts, strict=True):
+        alone = embedder(text)
+        assert output.tokens == alone.tokens
+        for key in ("embeddings", "input_ids", "token_type_ids", "attention_mask"):
+            np.testing.assert_array_equal(getattr(output, key), getattr(alone, key))

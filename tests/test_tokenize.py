@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import no_special_tokens
+from conftest import TINY, no_special_tokens
 
 import npbert
 from npbert import InputError
@@ -308,22 +308,40 @@ def test_a_text_of_no_tokens_embeds_to_no_rows_alone_and_in_any_batch(tmp_path):
     assert embedder.embed(embedder.encode([""]), dtype=np.float64).dtype == np.float64
 
 
-def test_embed_each_memory_stays_within_a_batch(embedder, monkeypatch):
-    """5,000 texts are never one padded (5000, L, E) array: each call of the layer sees at
-    most batch_size texts, padded to its own longest."""
+def test_embed_each_memory_stays_within_a_batch_and_computes_no_padding(embedder, monkeypatch):
+    """5,000 texts are never one (5000, L, E) array: each call of the layer sees batch_size
+    texts at most, their tokens back to back, none of padding."""
+    from npbert import model
+
     seen = []
-    real_embed = embedder.embed
+    real = model.embed_encodings
 
-    def counting(encoding, **kwargs):
-        seen.append(encoding.input_ids.shape)
-        return real_embed(encoding, **kwargs)
+    def counting(weights, encodings, **kwargs):
+        seen.append((len(encodings), sum(len(e.ids) for e in encodings)))
+        return real(weights, encodings, **kwargs)
 
-    monkeypatch.setattr(embedder, "embed", counting)
+    monkeypatch.setattr(model, "embed_encodings", counting)
     texts = [("word " * (i % 40)).strip() or "x" for i in range(5000)]
     each = embedder.embed_each(texts, batch_size=64)
-    assert len(each) == 5000 and max(b for b, _ in seen) == 64 and len(seen) == 79
-    padding = sum(b * length for b, length in seen) - sum(len(o.tokens) for o in each)
-    assert padding < 64 * len(seen)  # sorted by length: a batch spans lengths one token apart
+    assert len(each) == 5000 and max(n for n, _ in seen) == 64 and len(seen) == 79
+    assert sum(tokens for _, tokens in seen) == sum(len(o.tokens) for o in each)
+
+
+def test_embed_each_takes_texts_of_any_lengths_without_a_pad_token(tmp_path):
+    # It padded each batch, and a tokenizer without a pad token refused texts of two lengths
+    from tokenizers import BertWordPieceTokenizer
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tokenizer = BertWordPieceTokenizer(str(TINY / "vocab.txt"))  # no padding set
+    (tmp_path / "m" / "tokenizer.json").write_text(tokenizer._tokenizer.to_str())
+    config = json.loads((TINY / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "pad_token_id": None}))
+    embedder = npbert.Embedder.from_pretrained(tmp_path / "m")
+    assert embedder.tokenizer.pad_token_id is None
+    with pytest.raises(npbert.InputError, match="the tokenizer has no pad token"):
+        embedder(["i am", "i am sinan"])  # a padded batch: still refused
+    each = embedder.embed_each(["i am", "i am sinan"])
+    np.testing.assert_array_equal(each[1].embeddings, embedder("i am sinan").embeddings)
 
 
 def test_embed_each_shows_a_progress_bar_only_when_asked(embedder, capsys):
@@ -418,8 +436,8 @@ def test_a_pair_on_a_model_of_one_token_type_is_refused_by_what_it_is(tmp_path):
     message = "the tokenizer gives sentence B token type 1, but this bert has 1 token type(s)"
     with pytest.raises(npbert.InputError, match=re.escape(f"pairs[0]: {message}")):
         embedder(["who"], ["me"])
-    with pytest.raises(npbert.InputError, match=re.escape(f"pairs[1]: {message}")):
-        embedder.embed_each(["a b c d e f", "who"], ["a", "me"], batch_size=1)  # "who" first
+    with pytest.raises(npbert.InputError, match=re.escape(f"pairs[0]: {message}")):
+        embedder.embed_each(["a b c d e f", "who"], ["a", "me"], batch_size=1)  # input order
     (tmp_path / "c.jsonl").write_text('{"text": "a"}\n{"text": "who", "pair": "me"}\n')
     with pytest.raises(npbert.InputError, match=re.escape(f"c.jsonl line 2: {message}")):
         embed_corpus(embedder, tmp_path / "c.jsonl", tmp_path / "o")
