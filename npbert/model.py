@@ -334,7 +334,7 @@ class Embedder:
             for start in range(0, len(encodings), batch_size):
                 batch = encodings[start : start + batch_size]
                 self._check_ids(batch, range(start, start + len(batch)))
-                arrays = embed_encodings(self.weights, batch, threads=None)  # (N, E), (N,)
+                arrays = embed_encodings(self.weights, batch, threads=None)  # every core
                 outputs += _each(batch, arrays)
                 bar.update(len(batch))
         return outputs
@@ -373,7 +373,7 @@ class Embedder:
 
 
 def _where(encodings: list, indices, row: int, token: int) -> str:
-    """Where token `token` of padded row `row` comes from, as the caller gave it: "pairs[3]"
+    """Where token `token` of encodings[row] comes from, as the caller gave it: "pairs[3]"
     for a pair's token, else "texts[3]" (special tokens included)."""
     sequence = encodings[row].sequence_ids[token]  # 0, 1, or None for a special token
     return f"{'pairs' if sequence == 1 else 'texts'}[{indices[row]}]"
@@ -433,13 +433,10 @@ def _listed(name: str, values) -> list | None:
     return list(values)
 
 
-KEPT = ("embeddings", "input_ids", "token_type_ids")  # of embed_encodings' arrays
-
-
 def _each(encodings: list, arrays: dict) -> list[EmbedderOutput]:
-    """Each text's rows of a batch embedded back to back, copied, so that no output keeps the
-    whole batch's memory alive."""
-    embeddings, ids, types = (arrays[key] for key in KEPT)  # (N, E), (N,), (N,)
+    """Each text's rows of a batch embedded back to back (embed_encodings' arrays), copied, so
+    that no output keeps the whole batch's memory alive."""
+    embeddings, ids, types = arrays["embeddings"], arrays["input_ids"], arrays["token_type_ids"]
     ends = np.cumsum(arrays["lengths"]).tolist()  # where each text ends
     return [
         EmbedderOutput(
