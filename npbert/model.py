@@ -355,21 +355,27 @@ class Embedder:
         return self.tokenizer.pad(encodings)
 
     def _check_ids(self, encodings: list, indices) -> None:
-        """Token types and ids the tables have rows for: past them, the tokenizer is not the
-        checkpoint's (it would otherwise be blamed on the ids); only a model of one type may
-        lack a pair's. indices: the caller's index of each encoding, for errors."""
-        config = self.weights.config
-        for row, encoding in enumerate(encodings):
-            types, ids = encoding.type_ids, encoding.ids
-            if config.type_vocab_size == 1 and any(types):  # as stream.tokenize
-                i = next(i for i, t in enumerate(types) if t)
-                refuse_pair(config, _where(encodings, indices, row, i), types[i])
-            if config.type_vocab_size and max(types, default=0) >= config.type_vocab_size:
-                i = next(i for i, t in enumerate(types) if t >= config.type_vocab_size)
-                refuse_type(self, _where(encodings, indices, row, i), types[i])
-            if max(ids, default=0) >= config.vocab_size:
-                i = next(i for i, t in enumerate(ids) if t >= config.vocab_size)
-                refuse_token(self, _where(encodings, indices, row, i), encoding.tokens[i], ids[i])
+        """check_encodings, naming a text by the caller's index of it (indices)."""
+        check_encodings(self, encodings, lambda row, i: _where(encodings, indices, row, i))
+
+
+def check_encodings(embedder: Embedder, encodings: list, where) -> None:
+    """Token types and ids the tables have rows for: past them, the tokenizer is not the
+    checkpoint's (it would otherwise be blamed on the ids); only a model of one type may lack
+    a pair's. where(row, token): where encodings[row]'s token comes from, for errors."""
+    config = embedder.weights.config
+    for row, encoding in enumerate(encodings):
+        types, ids = encoding.type_ids, encoding.ids
+        if config.type_vocab_size == 1 and any(types):  # BERT's tokenizer gives sentence B 1
+            i = next(i for i, t in enumerate(types) if t)
+            refuse_pair(config, where(row, i), types[i])
+        if config.type_vocab_size and max(types, default=0) >= config.type_vocab_size:
+            i = next(i for i, t in enumerate(types) if t >= config.type_vocab_size)
+            refuse_type(embedder, where(row, i), types[i])
+        if max(ids, default=0) >= config.vocab_size:
+            i = next(i for i, t in enumerate(ids) if t >= config.vocab_size)
+            token = embedder.tokenizer.tokenizer.id_to_token(ids[i])  # tokens may be left out
+            refuse_token(embedder, where(row, i), token, ids[i])
 
 
 def _where(encodings: list, indices, row: int, token: int) -> str:

@@ -43,7 +43,7 @@ from npbert.config import JSON_ERRORS, json_problem
 from npbert.cores import cpus
 from npbert.errors import InputError, WorkerLost
 from npbert.inputs import check_count, check_flag, check_path
-from npbert.model import Embedder, check_embedder, refuse_pair, refuse_token, refuse_type
+from npbert.model import Embedder, check_embedder, check_encodings
 from npbert.npyfile import check_header, load_npy, regular_file
 from npbert.progress import Progress, check_mode
 from npbert.ragged import embed_encodings
@@ -390,18 +390,7 @@ def tokenize(embedder: Embedder, records: list, truncation: bool) -> list:
             )
             encodings.update(zip(members, encoded, strict=True))
     ordered = [encodings[i] for i in range(len(records))]
-    config = embedder.weights.config
-    for record, encoding in zip(records, ordered, strict=True):  # as Embedder._pad checks
-        if encoding.ids and max(encoding.ids) >= config.vocab_size:
-            token_id = max(encoding.ids)
-            token = embedder.tokenizer.tokenizer.id_to_token(token_id)  # (with_tokens=False)
-            refuse_token(embedder, record.where, token, token_id)
-        top = max(encoding.type_ids, default=0)
-        # BERT's tokenizer gives sentence B type 1, which a model of one type has no row for
-        if config.type_vocab_size == 1 and record.pair is not None and top:
-            refuse_pair(config, record.where, top)
-        if config.type_vocab_size and top >= config.type_vocab_size:
-            refuse_type(embedder, record.where, top)
+    check_encodings(embedder, ordered, lambda row, token: records[row].where)
     return ordered
 
 

@@ -232,6 +232,22 @@ def test_bad_tokenizer_files_are_one_line_errors(tmp_path, capsys, minilm_dir, c
     assert err.startswith("npbert: error: ")
 
 
+def test_a_token_past_the_table_is_named_by_its_text_in_every_path(tmp_path, minilm_dir):
+    # one check (model.check_encodings) for a batch, embed_each and the corpus job
+    from npbert.stream import embed_corpus
+
+    table = tokenizer_json(minilm_dir, set_in(["model", "vocab", "hello"], 99999))
+    model = side_files(tmp_path, minilm_dir, {"tokenizer.json": table})
+    embedder = npbert.Embedder.from_pretrained(model)
+    message = "gives the token 'hello' the id 99999, past the model's word table (30522 rows)"
+    for call in (embedder, embedder.embed_each):
+        with pytest.raises(InputError, match=r"texts\[1\]: .*" + re.escape(message)):
+            call(["hi there", "hello world"])
+    (tmp_path / "c.txt").write_text("hi there\nhello world\n")
+    with pytest.raises(InputError, match="c.txt line 2: .*" + re.escape(message)):
+        embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o")
+
+
 LONG = "word " * 600  # 602 tokens, past all-MiniLM-L6-v2's 512
 CALLS = {  # name -> a call on a shared Embedder, each with its own options
     "long text, truncated": lambda e: e([LONG, "short"], truncation=True),
