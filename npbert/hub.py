@@ -389,7 +389,7 @@ def model_info(repo_id: str, revision: str | None, access: Access):
         raise not_model_info(repo_id, error) from None
     except network_errors() as error:
         reason = first_line(error)
-        if "timeout" in type(error).__name__.lower():  # each client names its timeouts so
+        if timed_out(error):
             reason = f"no answer in {first_answer_timeout():g} s; HF_HUB_ETAG_TIMEOUT=S waits S s"
         raise NotFound(
             f"cannot reach {constants.ENDPOINT} ({reason}) and {repo_id} is not cached: "
@@ -795,12 +795,18 @@ def failed_request(at: str, error: Exception) -> InputError:
     from huggingface_hub import constants
 
     name = requested_file(error)
-    what = "no answer" if "timeout" in type(error).__name__.lower() else "network error"
+    what = "no answer" if timed_out(error) else "network error"
     where = f"for {name} from" if name else "talking to"
     return InputError(
         f"{at}: {what} {where} {constants.ENDPOINT} ({first_line(error)}); nothing was "
         "cached, try again"
     )
+
+
+def timed_out(error: Exception) -> bool:
+    """Whether a network error is a timeout: each HTTP client names its timeouts so (httpx's
+    ReadTimeout, requests' ConnectTimeout, urllib3's ReadTimeoutError)."""
+    return "timeout" in type(error).__name__.lower()
 
 
 def requested_file(error: Exception) -> str:
