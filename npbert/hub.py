@@ -546,6 +546,8 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
 
     target = snapshot / EMBEDDINGS_DIR
     source = _source(repo_id, revision, commit, True)
+    if target.is_dir() and entry_damage(target, snapshot) is None:  # no lock: a read-only
+        return Fetched(target, source, 0, _weights_size(target), True)  # cache serves too
     lock = snapshot.parents[2] / ".locks" / snapshot.parents[1].name / "npbert.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with WeakFileLock(lock):
@@ -777,9 +779,10 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
                 f"{at}: {name.rpartition('/')[2]} came {got} bytes long, not the {announced} the "
                 "server announced; nothing was cached, try again"
             ) from None
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT, *NOT_WRITABLE):
             raise
-        raise cache_write_error(error.filename or access.cache, error.strerror) from None
+        where = error.filename or access.cache
+        raise cache_write_error(where, error.strerror, error.errno) from None
 
 
 def missing_file(error) -> str:
@@ -831,10 +834,17 @@ WRONG_SIZE = re.compile(
 )
 
 
-def cache_write_error(path, reason: str) -> InputError:
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)  # a read-only cache, or another's
+
+
+def cache_write_error(path, reason: str, code: int | None = None) -> InputError:
+    """The cache could not be written: full (the default), or not writable here (code)."""
+    advice = "make room there, or choose another"
+    if code in NOT_WRITABLE:
+        advice = "this process may not write there: choose a writable"
     return InputError(
-        f"cannot write {path} ({reason}): make room there, or choose another Hugging Face "
-        "cache with HF_HOME, HF_HUB_CACHE or --cache-dir"
+        f"cannot write {path} ({reason}): {advice} Hugging Face cache with HF_HOME, "
+        "HF_HUB_CACHE or --cache-dir"
     )
 
 

@@ -647,8 +647,9 @@ def test_a_weights_file_too_short_for_its_header_length_is_refused_not_retried(h
     assert "try again" not in error and entries(hub, "test/short") == []
 
 
-def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
-    """HF_HOME on a 2 MiB tmpfs, mounted in a mount namespace of the run's own."""
+def mount_namespace() -> list[str]:
+    """The command that runs the rest in user and mount namespaces of its own (root can
+    mount there), or the test is skipped where the machine has none."""
     namespace = ["unshare", "--user", "--map-root-user", "--mount"]
     try:
         probe = subprocess.run([*namespace, "true"], capture_output=True, timeout=30, check=False)
@@ -656,6 +657,12 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
         pytest.skip("needs unshare (util-linux)")
     if probe.returncode != 0:
         pytest.skip(f"needs user and mount namespaces: {probe.stderr.decode().strip()}")
+    return namespace
+
+
+def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
+    """HF_HOME on a 2 MiB tmpfs, mounted in a mount namespace of the run's own."""
+    namespace = mount_namespace()
     script = (
         'mount -t tmpfs -o size=2m tmpfs "$HF_HOME" || exit 9; "$0" -m npbert.cli fetch "$1"; '
         'status=$?; ls -a "$HF_HOME"/hub/models--*/snapshots/*/; exit $status'
@@ -666,6 +673,23 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
     line = one_line(result)
     assert "No space left on device" in line and "choose another Hugging Face cache" in line
     assert "config.json" in result.stdout and "npbert-embeddings" not in result.stdout
+
+
+READ_ONLY = 'mount --bind "$HF_HOME" "$HF_HOME" && mount -o remount,bind,ro "$HF_HOME" || exit 9'
+
+
+@pytest.mark.parametrize("argv", [["fetch", "test/tiny"], ["embed", "x", "--model", "test/tiny"]])
+def test_a_read_only_cache_serves_what_it_holds_and_says_it_is_read_only(hub, argv):
+    """A cache baked into an image, mounted read-only: the entry it holds is used without a
+    write (fetch took the repo's lock first); what it lacks is refused as not writable, where
+    the advice was to make room."""
+    namespace = [*mount_namespace(), "sh", "-c", f'{READ_ONLY}; exec "$0" -m npbert.cli "$@"']
+    hub.home.mkdir()
+    cold = one_line(hub.exec(*namespace, sys.executable, *argv))
+    assert "(Read-only file system): this process may not write there" in cold
+    assert hub.run("fetch", "test/tiny", "--quiet").returncode == 0
+    warm = hub.exec(*namespace, sys.executable, *argv)
+    assert warm.returncode == 0 and warm.stderr == "", warm.stderr
 
 
 def truncate(path: Path) -> None:
