@@ -36,6 +36,7 @@ from npbert.npyfile import regular_file
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
 BLOCK = 1 << 20  # bytes read at a time while checking a prefix
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, as Windows editors write: not text
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +211,9 @@ def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefi
         while data := _read_up_to(stream, shard_bytes):
             if not data.endswith(b"\n"):
                 data += stream.readline()
+            if offset == 0 and data == BOM:  # an empty file saved by such an editor
+                consumed.add(data, 0)
+                return
             texts = data.count(b"\n") + (not data.endswith(b"\n"))
             consumed.add(data, texts)
             yield Chunk(
@@ -241,14 +245,17 @@ def _open(path: str):
 def _skip_lines(path: str, stream, consumed: Consumed, prefix: Prefix) -> tuple[int, int]:
     """Read and hash the prefix's bytes in this file; (next line number, byte offset)."""
     lines = offset = 0
-    last = b"\n"
+    last = head = b"\n"
     while prefix.left and (data := stream.read(min(BLOCK, prefix.left))):
         lines += data.count(b"\n")
+        head = head if offset else data
         offset, last = offset + len(data), data[-1:]
         consumed.add(data, data.count(b"\n"))
         prefix.left -= len(data)
     if offset and prefix.left == 0:
         prefix.check(consumed)
+    if head == BOM:  # a file that held only a BOM, no text, as _line_chunks has it
+        return 1, offset
     if offset and last != b"\n":  # the prefix ended inside a line: the line's text counted
         consumed.texts += 1
         if stream.peek(1):
@@ -415,7 +422,7 @@ def _record(chunk: Chunk, number: int, line: bytes) -> Record:
         raise InputError(
             f"{where}: not UTF-8 text ({error.reason} at byte {error.start} of the line)"
         ) from None
-    if number == 1:  # a byte order mark, as Windows editors write: not text (utf-8-sig)
+    if number == 1:  # a byte order mark (BOM): not text (utf-8-sig)
         text = text.removeprefix("\ufeff")
     if chunk.format == "jsonl":
         return _jsonl(where, text)

@@ -1329,3 +1329,23 @@ def test_an_output_directory_that_is_a_dangling_symlink_is_named_so(tmp_path, em
     (tmp_path / "nowhere").mkdir()  # where it points: written there
     assert embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "out")["complete"]
     assert (tmp_path / "nowhere" / "index.json").is_file()
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_a_file_of_only_a_byte_order_mark_holds_no_text_when_resumed_too(tmp_path, suffix):
+    """An empty file saved by a Windows editor is 3 bytes, the BOM: it was one empty text."""
+    line = "hello" if suffix == ".txt" else '{"text": "hello"}'
+    source, out = tmp_path / "in", tmp_path / "o"
+    source.mkdir()
+    (source / f"a{suffix}").write_bytes(b"\xef\xbb\xbf")
+    (source / f"b{suffix}").write_text(f"{line}\n")
+    first = _run(source, out, TINY)
+    assert first.returncode == 0 and "embedded 1 text," in first.stdout, first.stdout
+    (source / f"c{suffix}").write_text(f"{line}\n{line}\n")
+    (source / f"a{suffix}").write_bytes(b"\xef\xbb\xbf" + f"{line}\n".encode())  # grew
+    resumed = _run(source, out, TINY, "--resume")
+    assert resumed.returncode == 2 and "has changed since" in resumed.stderr, resumed.stderr
+    (source / f"a{suffix}").write_bytes(b"\xef\xbb\xbf")
+    resumed = _run(source, out, TINY, "--resume")
+    assert resumed.returncode == 0 and "embedded 3 texts" in resumed.stdout, resumed.stderr
+    _same_as_fresh(tmp_path, source, out, TINY)
