@@ -889,17 +889,27 @@ def to_json(value) -> str:
 
 
 def run_vectors(args) -> int:
-    from npbert.model import Embedder
-    from npbert.vectors import write_vectors
+    from npbert.checkpoint import EmbeddingWeights
+    from npbert.vectors import load_model, write_vectors
 
-    embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
+    model = load_model(args.model, revision=args.revision, full=args.full)
+    weights = model if isinstance(model, EmbeddingWeights) else model.weights
+    if model is weights:
+        wanted = (
+            "tokenizer.json or vocab.txt" if weights.config.family.vocab_txt else "tokenizer.json"
+        )
+        print(
+            f"npbert: warning: {args.model} has no {wanted}: the vectors are cases of random "
+            "ids alone, none of text",
+            file=sys.stderr,
+        )
     # Its float32 files are what float32 gives: from weights it cannot compute, wrong values
     # that need not be NaN, said ahead as for a corpus. (NaN or Inf in the weights: the
     # reference is refused, naming where, with no warning before.)
-    trouble = float32_trouble(embedder.weights)
+    trouble = float32_trouble(weights)
     if trouble and not trouble.endswith(NOT_FINITE):
         warn_ahead(trouble)
-    manifest = write_vectors(embedder, args.out)
+    manifest = write_vectors(model, args.out)
     say(f"wrote {len(manifest['cases'])} cases to {args.out} (manifest.json, FORMAT.md)")
     return 0
 

@@ -56,6 +56,16 @@ def _checkpoint(model, **options) -> tuple:
     return directory, load_checkpoint(directory, source)
 
 
+def checkpoint_tokenizer(directory, weights: EmbeddingWeights):
+    """The checkpoint's tokenizer (npbert.tokenize.load_tokenizer), as its family reads it."""
+    from npbert.tokenize import load_tokenizer
+
+    config = weights.config
+    return load_tokenizer(
+        directory, vocab_txt=config.family.vocab_txt, pad_token_id=config.pad_token_id
+    )
+
+
 def float_dtype(dtype) -> np.dtype:
     """float32 or float64, the two precisions npbert computes in; anything else is refused
     (an integer dtype would truncate the weights, a complex one means nothing here)."""
@@ -225,16 +235,9 @@ class Embedder:
         local_files_only: bool = False,
     ) -> "Embedder":
         """Load from a local checkpoint directory or a Hub repo id (see load_weights)."""
-        from npbert.tokenize import load_tokenizer
-
         hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
         directory, weights = _checkpoint(model, revision=revision, full=full, **hub)
-        tokenizer = load_tokenizer(
-            directory,
-            vocab_txt=weights.config.family.vocab_txt,
-            pad_token_id=weights.config.pad_token_id,
-        )
-        return cls(weights, tokenizer)
+        return cls(weights, checkpoint_tokenizer(directory, weights))
 
     def encode(
         self,

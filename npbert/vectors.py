@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from npbert.atomic import building_directory
+from npbert.checkpoint import EmbeddingWeights
 from npbert.errors import InputError
 from npbert.inputs import check_path
-from npbert.model import Embedder, check_embedder, embed_stages
+from npbert.model import Embedder, _checkpoint, checkpoint_tokenizer, embed_stages
+from npbert.tokenize import tokenizer_file
 from npbert.verify import STEPS, check_finite, default_atol
 
 SEEDS = [
@@ -26,6 +28,7 @@ LONGEST = 8192
 SPECIAL = 16  # special tokens in their case at most (those after are left out, and said so)
 QUESTION = "Why are BERT's position embeddings learned?"
 PASSAGE = "The authors chose learned absolute position embeddings over fixed sinusoids."
+RANDOM_IDS = 0  # the seed of the ids drawn for a checkpoint without a tokenizer
 # The least atol for an implementation in each precision: more where a stage's values are
 # large (default_atol: STEPS steps of the precision at the largest), given file by file.
 BASE_ATOL = {"float32": 1e-5, "float64": 1e-12}
@@ -50,6 +53,8 @@ One folder per case. Each holds the inputs
                         from the padding), where the family has a position table
     attention_mask.npy  (B, L) int64, for cases made from text (0 marks padding)
 
+(a checkpoint without a tokenizer, manifest.json's "tokenizer" null, gets cases of ids
+alone, drawn at random from the word table with NumPy's default_rng({RANDOM_IDS}))
 and every stage of the family's embedding layer that it has (manifest.json: "stages"), in
 float32 and in float64:
 
@@ -87,8 +92,21 @@ that disagrees is where the bug is. `npbert compare` does this for one output fi
 """
 
 
-def cases(embedder: Embedder) -> dict[str, dict]:
+def load_model(model: str | os.PathLike, **options) -> Embedder | EmbeddingWeights:
+    """What write_vectors takes for a checkpoint (options as load_weights'): its Embedder, or
+    its weights alone where it has no tokenizer file (RoFormer's, for one, has none that the
+    tokenizers library reads)."""
+    directory, weights = _checkpoint(model, **options)
+    if tokenizer_file(Path(directory), vocab_txt=weights.config.family.vocab_txt) is None:
+        return weights
+    return Embedder(weights, checkpoint_tokenizer(directory, weights))
+
+
+def cases(model: Embedder | EmbeddingWeights) -> dict[str, dict]:
     """name -> {description, input_ids, [token_type_ids], [attention_mask], [texts]}."""
+    if isinstance(model, EmbeddingWeights):
+        return id_cases(model)
+    embedder = model
     config, tokenizer = embedder.weights.config, embedder.tokenizer.tokenizer
     first, middle, last = _frame(embedder.tokenizer.name, tokenizer)  # specials, text, specials
     made = {
@@ -138,9 +156,38 @@ def _text(embedder: Embedder, description: str, texts, pairs=None, max_length=No
     }
 
 
-def _ids(description: str, input_ids: list[int], token_type_ids=None) -> dict:
-    """A case of one sequence of ids, token types 0 unless given."""
-    input_ids = np.array([input_ids])  # (1, L)
+def id_cases(weights: EmbeddingWeights) -> dict[str, dict]:
+    """The cases of ids alone, for a checkpoint without a tokenizer: ids drawn at random from
+    the word table (seed RANDOM_IDS) where cases() takes a text's."""
+    config = weights.config
+    rng = np.random.default_rng(RANDOM_IDS)
+
+    def words(*shape: int) -> np.ndarray:
+        return rng.integers(0, config.vocab_size, shape)
+
+    made = {"random_ids": _ids("random ids from the word table, a batch of 2", words(2, 12))}
+    if types := config.type_vocab_size:
+        made["every_token_type"] = _ids(
+            f"random ids, token types cycling through all {types}",
+            words(16),
+            np.arange(16)[None] % types,
+        )
+    made["repeated_tokens"] = _ids(
+        "one random id repeated: rows differ only by position", [int(words(1)[0])] * 16
+    )
+    length = longest_length(config)
+    made["longest"] = _ids(f"random ids, {longest_description(config, length)}", words(length))
+    if config.pad_token_id is not None and config.pad_token_id < config.vocab_size:
+        pads = [config.pad_token_id] * 2
+        made["padded"] = _ids(
+            "random ids, then config.json's pad_token_id twice", [*words(6), *pads]
+        )
+    return made
+
+
+def _ids(description: str, input_ids, token_type_ids=None) -> dict:
+    """A case of ids, (L,) for one sequence or (B, L), token types 0 unless given."""
+    input_ids = np.array(input_ids, np.int64).reshape(-1, np.shape(input_ids)[-1])  # (B, L)
     types = np.zeros_like(input_ids) if token_type_ids is None else token_type_ids
     return {"description": description, "input_ids": input_ids, "token_type_ids": types}
 
@@ -148,18 +195,28 @@ def _ids(description: str, input_ids: list[int], token_type_ids=None) -> dict:
 def _longest(embedder: Embedder) -> dict:
     """The longest sequence the model allows (LONGEST tokens where it has no limit)."""
     config = embedder.weights.config
-    length = min(config.max_length or 512, LONGEST)  # no limit: a length BERT allows
+    length = longest_length(config)
     case = _text(
         embedder,
-        f"the longest allowed sequence: {length} tokens"
-        if length == config.max_length
-        else f"a long sequence: {length} tokens (the model allows "
-        f"{config.max_length or 'any number'})",
+        longest_description(config, length),
         [" ".join([PASSAGE] * length)],  # cut to `length` tokens
         max_length=length,
     )
     case["description"] += ", a passage repeated and cut to that length"
     return case
+
+
+def longest_length(config) -> int:
+    """The tokens of the longest case: the model's limit, at most LONGEST; 512 for none."""
+    return min(config.max_length or 512, LONGEST)
+
+
+def longest_description(config, length: int) -> str:
+    if length == config.max_length:
+        return f"the longest allowed sequence: {length} tokens"
+    return (
+        f"a long sequence: {length} tokens (the model allows {config.max_length or 'any number'})"
+    )
 
 
 def _special_tokens(embedder: Embedder) -> dict | None:
@@ -206,9 +263,14 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_vectors(embedder: Embedder, directory: str | os.PathLike) -> dict:
-    """Write every case to `directory` (built under a temporary name, then renamed)."""
-    check_embedder(embedder)
+def write_vectors(model: Embedder | EmbeddingWeights, directory: str | os.PathLike) -> dict:
+    """Write every case to `directory` (built under a temporary name, then renamed): of text
+    and of ids for an Embedder, of ids alone for weights without a tokenizer (load_model)."""
+    if not isinstance(model, Embedder | EmbeddingWeights):
+        raise InputError(
+            "model must be npbert's Embedder (npbert.Embedder.from_pretrained), or its "
+            f"EmbeddingWeights for a checkpoint without a tokenizer, not {type(model).__name__}"
+        )
     directory = check_path("directory", directory)
     if not directory:  # Path("") is the current directory
         raise InputError("the directory is empty: give a new directory for the vectors")
@@ -219,10 +281,11 @@ def write_vectors(embedder: Embedder, directory: str | os.PathLike) -> dict:
         raise InputError(f"{directory}: directory {directory.parent} does not exist")
     if not directory.parent.is_dir():
         raise InputError(f"{directory}: {directory.parent} is a file, not a directory")
-    weights = embedder.weights
+    weights = model if isinstance(model, EmbeddingWeights) else model.weights
     manifest = {
         "format": "npbert conformance vectors, version 3 (FORMAT.md)",
         "model": weights.source,
+        "tokenizer": None if model is weights else Path(model.tokenizer.name).name,
         "model_type": weights.config.model_type,
         "formula": weights.config.formula,
         "config": {
@@ -237,7 +300,7 @@ def write_vectors(embedder: Embedder, directory: str | os.PathLike) -> dict:
         "cases": {},
     }
     with building_directory(directory) as building:
-        for name, case in cases(embedder).items():
+        for name, case in cases(model).items():
             manifest["cases"][name] = _write_case(weights, building / name, case)
         written = {
             Path(f).stem.split(".")[0] for c in manifest["cases"].values() for f in c["files"]

@@ -384,6 +384,44 @@ def test_compare_passes_a_vectors_padded_batch_given_its_input_files(capsys, tmp
     assert code == 0 and "min token cosine 1.0" in out, out + err
 
 
+@pytest.mark.parametrize("family", ["roformer", "bert", "deberta", "roberta"])
+def test_vectors_of_a_checkpoint_without_a_tokenizer_are_of_ids(capsys, tmp_path, family):
+    """RoFormer's tokenizer is not one the tokenizers library reads: its layer's vectors were
+    refused ("has no tokenizer.json"), though they need no text."""
+    model = tmp_path / "m"
+    shutil.copytree(DATA / f"tiny-{family}", model)
+    for name in ("tokenizer.json", "vocab.txt"):
+        (model / name).unlink(missing_ok=True)
+    code, _, err = cli(capsys, "vectors", "--model", model, "--out", tmp_path / "v")
+    assert code == 0 and err.count("\n") == 1, err
+    assert "the vectors are cases of random ids alone, none of text" in err
+    manifest = json.loads((tmp_path / "v" / "manifest.json").read_text())
+    weights = npbert.load_weights(model)
+    assert manifest["tokenizer"] is None and "random_ids" in manifest["cases"]
+    assert ("every_token_type" in manifest["cases"]) == bool(weights.config.type_vocab_size)
+    length = np.load(tmp_path / "v" / "longest" / "input_ids.npy").shape[1]
+    assert length == min(weights.config.max_length or 512, LONGEST)
+    for name in manifest["cases"]:
+        case = tmp_path / "v" / name
+        files = ["--ids-file", case / "input_ids.npy"]
+        if (case / "token_type_ids.npy").exists():
+            files += ["--token-type-ids-file", case / "token_type_ids.npy"]
+        code, out, err = cli(capsys, "compare", case / "embeddings.float32.npy", "--model", model,
+                             *files)  # fmt: skip
+        assert code == 0 and "PASS" in out, (name, out + err)
+        reference = np.load(case / "embeddings.float64.npy")
+        ids = np.load(case / "input_ids.npy")
+        types = (
+            np.load(case / "token_type_ids.npy") if (case / "token_type_ids.npy").exists() else None
+        )
+        np.testing.assert_array_equal(
+            reference, npbert.embed(weights, ids, types, dtype=np.float64)
+        )
+    if weights.config.pad_token_id is not None:
+        padded = np.load(tmp_path / "v" / "padded" / "input_ids.npy")[0]
+        assert padded[-2:].tolist() == [weights.config.pad_token_id] * 2
+
+
 TOKENIZED = sorted(p.name for p in DATA.glob("tiny-*") if (p / "tokenizer.json").exists())
 
 

@@ -1159,7 +1159,7 @@ def test_ulps_of_an_output_whose_reference_is_all_zero_are_none(tmp_path, capsys
 @pytest.mark.parametrize(
     ("embedder", "directory", "message"),
     [  # each raised AttributeError or TypeError, or named --out from Python
-        ("weights", "v", "embedder must be npbert's Embedder (npbert.Embedder.from_pretrained), "),
+        ("a path", "v", "model must be npbert's Embedder (npbert.Embedder.from_pretrained), "),
         ("embedder", None, "directory must be a path (a str or os.PathLike), got None"),
         ("embedder", b"v", "directory must be a path"),
         ("embedder", "", "the directory is empty: give a new directory for the vectors"),
@@ -1170,6 +1170,6 @@ def test_write_vectors_checks_its_arguments(embedder, directory, message):
     from npbert.vectors import write_vectors
 
     tiny = npbert.Embedder.from_pretrained(TINY)
-    given = tiny if embedder == "embedder" else tiny.weights
+    given = tiny if embedder == "embedder" else str(TINY)
     with pytest.raises(npbert.InputError, match=re.escape(message)):
         write_vectors(given, directory)
