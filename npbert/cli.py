@@ -895,12 +895,13 @@ def run_vectors(args) -> int:
     model = load_model(args.model, revision=args.revision, full=args.full)
     weights = model if isinstance(model, EmbeddingWeights) else model.weights
     if model is weights:
-        wanted = (
-            "tokenizer.json or vocab.txt" if weights.config.family.vocab_txt else "tokenizer.json"
-        )
+        family = weights.config.family
+        wanted = "tokenizer.json or vocab.txt" if family.vocab_txt else "tokenizer.json"
+        reason = f"{args.model} has no {wanted}"
+        if family.no_text:
+            reason = f"{weights.config.model_type}: {family.no_text}"
         print(
-            f"npbert: warning: {args.model} has no {wanted}: the vectors are cases of random "
-            "ids alone, none of text",
+            f"npbert: warning: {reason}; the vectors are cases of random ids alone, none of text",
             file=sys.stderr,
         )
     # Its float32 files are what float32 gives: from weights it cannot compute, wrong values
@@ -1032,8 +1033,8 @@ def check_tokenizer(directory: Path) -> None:
     from npbert.model import Embedder, load_weights
     from npbert.tokenize import tokenizer_file
 
-    vocab_txt = load_weights(directory).config.family.vocab_txt
-    if tokenizer_file(directory, vocab_txt=vocab_txt):
+    family = load_weights(directory).config.family
+    if tokenizer_file(directory, vocab_txt=family.vocab_txt) and not family.no_text:
         Embedder.from_pretrained(directory)
 
 

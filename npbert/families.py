@@ -58,6 +58,7 @@ class Family:
     masks_padding: bool = False  # DeBERTa multiplies its output by attention_mask
     dropout_after: str = "embeddings"  # the stage dropout follows (BigBird: before LayerNorm)
     vocab_txt: bool = False  # its tokenizer is BERT's WordPiece, so a vocab.txt alone will do
+    no_text: str | None = None  # why its text is refused: a tokenizer the library cannot run
     # (a config.json key only another code's layout has, the row that reads that layout): the
     # same layer, its settings under other keys with other defaults (NomicBERT's two).
     other_layout: tuple[str, "Family"] | None = None
@@ -146,6 +147,13 @@ FAMILIES: dict[str, Family] = {
         WORD | TOKEN_TYPE | LAYER_NORM | projection("embeddings_project"),
         positions="none",
         projection="after",
+        # transformers' RoFormerTokenizer runs jieba (rjieba) in Python, and saves BERT's
+        # pre-tokenizer in its place: read from tokenizer.json, Chinese words become [UNK].
+        no_text=(
+            "RoFormer's tokenizer splits words with jieba, which the tokenizers library cannot "
+            "run (a tokenizer.json saved by transformers holds BERT's pre-tokenizer in its "
+            "place, and gives [UNK] for Chinese words)"
+        ),
     ),
     "mpnet": Family(
         embedding.distilbert,

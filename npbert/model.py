@@ -56,6 +56,14 @@ def _checkpoint(model, **options) -> tuple:
     return directory, load_checkpoint(directory, source)
 
 
+def check_text(config) -> None:
+    """InputError for a family whose text npbert cannot tokenize (Family.no_text)."""
+    if config.family.no_text:
+        raise InputError(
+            f"{config.model_type}: {config.family.no_text}: give ids (--ids-file, or embed())"
+        )
+
+
 def checkpoint_tokenizer(directory, weights: EmbeddingWeights):
     """The checkpoint's tokenizer (npbert.tokenize.load_tokenizer), as its family reads it."""
     from npbert.tokenize import load_tokenizer
@@ -194,6 +202,7 @@ class Embedder:
         from npbert.tokenize import Tokenizer
 
         check_weights(weights)
+        check_text(weights.config)
         if not isinstance(tokenizer, Tokenizer):
             raise InputError(
                 f"tokenizer must be npbert.tokenize.Tokenizer (load_tokenizer), not "
@@ -237,6 +246,7 @@ class Embedder:
         """Load from a local checkpoint directory or a Hub repo id (see load_weights)."""
         hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
         directory, weights = _checkpoint(model, revision=revision, full=full, **hub)
+        check_text(weights.config)  # before reading a tokenizer it would not use
         return cls(weights, checkpoint_tokenizer(directory, weights))
 
     def encode(

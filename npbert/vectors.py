@@ -94,10 +94,10 @@ that disagrees is where the bug is. `npbert compare` does this for one output fi
 
 def load_model(model: str | os.PathLike, **options) -> Embedder | EmbeddingWeights:
     """What write_vectors takes for a checkpoint (options as load_weights'): its Embedder, or
-    its weights alone where it has no tokenizer file (RoFormer's, for one, has none that the
-    tokenizers library reads)."""
+    its weights alone where it has no tokenizer file or npbert cannot run it (RoFormer's)."""
     directory, weights = _checkpoint(model, **options)
-    if tokenizer_file(Path(directory), vocab_txt=weights.config.family.vocab_txt) is None:
+    family = weights.config.family
+    if family.no_text or tokenizer_file(Path(directory), vocab_txt=family.vocab_txt) is None:
         return weights
     return Embedder(weights, checkpoint_tokenizer(directory, weights))
 

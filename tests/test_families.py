@@ -3,6 +3,7 @@ transformers wrote (scripts/make_goldens.py; NomicBERT in nomic's own config lay
 transformers' class does not read, from torch modules composed as nomic's code composes them)."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -420,6 +421,28 @@ def test_vectors_of_a_checkpoint_without_a_tokenizer_are_of_ids(capsys, tmp_path
     if weights.config.pad_token_id is not None:
         padded = np.load(tmp_path / "v" / "padded" / "input_ids.npy")[0]
         assert padded[-2:].tolist() == [weights.config.pad_token_id] * 2
+
+
+def test_roformer_text_is_refused_by_name_and_its_vectors_are_of_ids(capsys, tmp_path):
+    """The tokenizer.json transformers saves for RoFormer has BERT's pre-tokenizer in place of
+    jieba, which it runs in Python: read here, it gave [UNK] for Chinese words."""
+    from tokenizers import BertWordPieceTokenizer
+
+    model = tmp_path / "m"
+    shutil.copytree(DATA / "tiny-roformer", model)
+    BertWordPieceTokenizer(str(DATA / "tiny-bert" / "vocab.txt")).save(
+        str(model / "tokenizer.json")
+    )
+    jieba = "roformer: RoFormer's tokenizer splits words with jieba, which the tokenizers library"
+    with pytest.raises(npbert.InputError, match=re.escape(jieba)):
+        npbert.Embedder.from_pretrained(model)
+    code, _, err = cli(capsys, "embed", "hello", "--model", model)
+    assert code == 2 and err.startswith(f"npbert: error: {jieba}") and err.count("\n") == 1, err
+    assert "give ids (--ids-file, or embed())" in err
+    code, _, err = cli(capsys, "vectors", "--model", model, "--out", tmp_path / "v")
+    assert code == 0 and err.startswith(f"npbert: warning: {jieba}"), err
+    assert "the vectors are cases of random ids alone" in err and err.count("\n") == 1
+    assert json.loads((tmp_path / "v" / "manifest.json").read_text())["tokenizer"] is None
 
 
 TOKENIZED = sorted(p.name for p in DATA.glob("tiny-*") if (p / "tokenizer.json").exists())
