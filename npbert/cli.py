@@ -679,7 +679,11 @@ def run_embed(args) -> int:
         warnings.warn("NaN or Inf in the output", RuntimeWarning, stacklevel=1)  # say_warnings
     if args.out is not None:
         arrays = {**outputs, **inputs.arrays}
-        return save(args.out, output, arrays, metadata(inputs.weights, **inputs.meta))
+        written = save(args.out, output, arrays, metadata(inputs.weights, **inputs.meta))
+        others = [name for name in outputs if name != output]
+        if others and args.out.suffix.lower() == ".npz":
+            say(f"  and the stages {', '.join(others)}")
+        return written
     ids = np.atleast_2d(inputs.input_ids)
     say(summary(inputs.weights, output, outputs[output], inputs.tokens, inputs.texts, ids))
     return 0

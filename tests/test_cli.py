@@ -355,8 +355,9 @@ def test_console_script_runs_as_a_process(minilm_dir):
 
 def test_embed_stages_writes_every_stage(tmp_path, capsys):
     out = tmp_path / "stages.npz"
-    code, _, _ = run(capsys, "embed", "i am sinan", "--model", TINY, "--stages", "--out", out)
-    assert code == 0
+    code, stdout, _ = run(capsys, "embed", "i am sinan", "--model", TINY, "--stages", "--out", out)
+    assert code == 0  # and says so: it named the embeddings alone
+    assert stdout.endswith("\n  and the stages word, token_type, position, sum, normalized\n")
     weights = npbert.load_weights(TINY)
     with np.load(out) as saved:
         expected = npbert.embed_stages(weights, saved["input_ids"], saved["token_type_ids"])
