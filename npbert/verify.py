@@ -96,7 +96,9 @@ def _load_other(path: Path, suffix: str) -> dict:
     try:
         if suffix == ".safetensors":
             return _load_safetensors(path)
-        data = json.loads(path.read_text(encoding="utf-8"))  # RecursionError when nested deep
+        # utf-8-sig: a byte order mark, as Windows tools may write, is not JSON but may be
+        # ignored (RFC 8259); json.loads refuses it. RecursionError: nested too deep.
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except InputError:  # a ValueError, already saying what is wrong
         raise
     except (SafetensorError, ValueError, OSError, RecursionError) as error:

@@ -173,8 +173,10 @@ def test_candidate_formats_agree(tmp_path, capsys, minilm_dir):
     save_file({"embeddings": output}, str(tmp_path / "c.safetensors"))
     (tmp_path / "c.json").write_text(json.dumps({"embeddings": output.tolist()}))
     (tmp_path / "list.json").write_text(json.dumps(output.tolist()))
+    # PowerShell's Set-Content -Encoding UTF8 begins a file with a byte order mark
+    (tmp_path / "bom.json").write_text(json.dumps(output.tolist()), encoding="utf-8-sig")
     verdicts = set()
-    for name in ("c.npy", "c.npz", "c.safetensors", "c.json", "list.json"):
+    for name in ("c.npy", "c.npz", "c.safetensors", "c.json", "list.json", "bom.json"):
         code, report, _ = compare(
             capsys,
             tmp_path / name,
