@@ -37,6 +37,7 @@ from npbert.npyfile import regular_file
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
 BLOCK = 1 << 20  # bytes read at a time while checking a prefix
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, as Windows editors write: not text
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian
 
 logger = logging.getLogger(__name__)
 
@@ -419,6 +420,11 @@ def _record(chunk: Chunk, number: int, line: bytes) -> Record:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
+        if number == 1 and line[:2] in UTF16_BOMS:  # Windows PowerShell 5 writes it with `>`
+            raise InputError(
+                f"{where}: not UTF-8 text but UTF-16 (it begins with UTF-16's byte order mark): "
+                "convert it, e.g. iconv -f UTF-16 -t UTF-8"
+            ) from None
         raise InputError(
             f"{where}: not UTF-8 text ({error.reason} at byte {error.start} of the line)"
         ) from None

@@ -822,6 +822,13 @@ def test_a_shard_that_is_not_this_runs_is_refused_by_read_corpus_and_resume(
         ("c.jsonl", b'{"text": "ok"}\n{"text": "\\ud800"}\n', "c.jsonl line 2: 'text' is not"),
         ("c.jsonl", b'{"text": "ok", "pair": "x\\udfff"}\n', "c.jsonl line 1: 'pair' is not"),
         ("c.jsonl", b'{"text": "ok"}\n\xc3\x28\n', "c.jsonl line 2: not UTF-8 text"),
+        # what `echo text > c.txt` writes in Windows PowerShell 5
+        (
+            "c.txt",
+            "one\ntwo\n".encode("utf-16"),
+            "c.txt line 1: not UTF-8 text but UTF-16 (it "
+            "begins with UTF-16's byte order mark): convert it, e.g. iconv -f UTF-16 -t UTF-8",
+        ),
     ],
 )
 def test_bad_unicode_names_the_line(tmp_path, minilm_dir, name, content, message):
