@@ -449,8 +449,11 @@ def test_texts_may_follow_the_options(capsys):
         (["compare", "c.npy", "x", "--atol", "1", "--atol", "1"], "--atol given twice (1.0, "),
     ],
 )
-def test_an_option_of_one_value_given_twice_is_refused(capsys, argv, message):
+def test_an_option_of_one_value_given_twice_is_refused(
+    capsys, monkeypatch, tmp_path, argv, message
+):
     # argparse keeps the last: the first --input's texts were left out without a word
+    monkeypatch.chdir(tmp_path)  # where a run that is not refused writes a.npz
     with pytest.raises(SystemExit) as exit_info:
         main([*argv, "--model", str(TINY)])
     err = capsys.readouterr().err
