@@ -1355,4 +1355,9 @@ def test_a_file_of_only_a_byte_order_mark_holds_no_text_when_resumed_too(tmp_pat
     (source / f"a{suffix}").write_bytes(b"\xef\xbb\xbf")
     resumed = _run(source, out, TINY, "--resume")
     assert resumed.returncode == 0 and "embedded 3 texts" in resumed.stdout, resumed.stderr
+    index = json.loads((out / "index.json").read_text())  # the BOM read again, no text
+    assert index["texts"] == index["consumed"]["texts"] == 3
+    (source / f"d{suffix}").write_text(f"{line}\n")
+    again = _run(source, out, TINY, "--resume")  # the counts agree: it goes on
+    assert again.returncode == 0 and "embedded 4 texts" in again.stdout, again.stderr
     _same_as_fresh(tmp_path, source, out, TINY)
