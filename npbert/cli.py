@@ -1033,7 +1033,7 @@ def run_inspect(args) -> int:
 def check_tokenizer(directory: Path) -> None:
     """A fetched checkpoint's tokenizer files, read and held against its weights as the
     commands that embed texts read them: what fetch reports fetched, they take. A checkpoint
-    without them (for ids alone) passes."""
+    without them, or of a family whose text is refused (RoFormer), is for ids alone: it passes."""
     from npbert.model import Embedder, load_weights
     from npbert.tokenize import tokenizer_file
 

@@ -546,12 +546,20 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
 
     target = snapshot / EMBEDDINGS_DIR
     source = _source(repo_id, revision, commit, True)
-    if target.is_dir() and entry_damage(target, snapshot) is None:  # no lock: a read-only
-        return Fetched(target, source, 0, _weights_size(target), True)  # cache serves too
+    problem = entry_damage(target, snapshot) if target.is_dir() else "missing"
+    if problem is None and not any(stale_temporaries(snapshot.parent)):  # nothing to write:
+        return Fetched(target, source, 0, _weights_size(target), True)  # no lock, read-only too
+    if target.is_dir() and not os.access(target.parent, os.W_OK):  # a read-only cache
+        raise InputError(
+            f"{repo_id}: the cached copy {target} is damaged ({problem}), and this process may "
+            "not write there to repair it: run `npbert fetch` where it may, or choose a "
+            "writable Hugging Face cache with HF_HOME, HF_HUB_CACHE or --cache-dir"
+        )
     lock = snapshot.parents[2] / ".locks" / snapshot.parents[1].name / "npbert.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with WeakFileLock(lock):
-        remove_stale_temporaries(snapshot.parent)
+        for path in stale_temporaries(snapshot.parent):
+            shutil.rmtree(path, ignore_errors=True)
         problem = None
         if target.is_dir():  # cached before, or by another process meanwhile
             problem = entry_damage(target, snapshot)
@@ -566,11 +574,10 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
     return Fetched(target, source, fetched, full_size, False, problem)
 
 
-def remove_stale_temporaries(snapshots: Path) -> None:
-    """Remove what interrupted fetches left in any snapshot of the repo. Called under the
-    repo's lock: no fetch is building one now, so every temporary found is stale."""
-    for path in snapshots.glob(f"*/.{EMBEDDINGS_DIR}.*"):  # building_directory's naming
-        shutil.rmtree(path, ignore_errors=True)
+def stale_temporaries(snapshots: Path) -> Iterable[Path]:
+    """What interrupted fetches left in any snapshot of the repo, or what a fetch is building
+    now: under the repo's lock, no fetch is, so every temporary found is stale."""
+    return snapshots.glob(f"*/.{EMBEDDINGS_DIR}.*")  # building_directory's naming
 
 
 @dataclass(frozen=True)

@@ -690,6 +690,9 @@ def test_a_read_only_cache_serves_what_it_holds_and_says_it_is_read_only(hub, ar
     assert hub.run("fetch", "test/tiny", "--quiet").returncode == 0
     warm = hub.exec(*namespace, sys.executable, *argv)
     assert warm.returncode == 0 and warm.stderr == "", warm.stderr
+    truncate(entries(hub, "test/tiny")[0] / "model.safetensors")  # what the image holds
+    damaged = one_line(hub.exec(*namespace, sys.executable, "fetch", "test/tiny"))
+    assert "is damaged (" in damaged and "this process may not write there to repair it" in damaged
 
 
 def truncate(path: Path) -> None:
@@ -754,6 +757,17 @@ def test_kill_9_mid_fetch_leaves_temporaries_that_the_next_fetch_removes(hub):
     assert left and all(path.name.startswith(".npbert-embeddings.") for path in left)
     hub.release.set()
     assert hub.run("fetch", "test/tiny").returncode == 0
+    assert entries(hub, "test/tiny") == [snapshot(hub, "test/tiny") / "npbert-embeddings"]
+
+
+def test_the_next_fetch_removes_temporaries_beside_an_intact_entry(hub):
+    """A killed fetch of another revision leaves its temporary (GBs with --full): a fetch that
+    found its own entry intact returned before it looked for them."""
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    left = snapshot(hub, "test/tiny").parent / ("0" * 40) / ".npbert-embeddings.killed"
+    left.mkdir(parents=True)
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    assert not left.exists()
     assert entries(hub, "test/tiny") == [snapshot(hub, "test/tiny") / "npbert-embeddings"]
 
 
