@@ -909,8 +909,8 @@ def run_vectors(args) -> int:
             file=sys.stderr,
         )
     # Its float32 files are what float32 gives: from weights it cannot compute, wrong values
-    # that need not be NaN, said ahead as for a corpus. (NaN or Inf in the weights: the
-    # reference is refused, naming where, with no warning before.)
+    # that need not be NaN, said ahead as for a corpus. (NaN or Inf in the weights:
+    # write_vectors refuses them.)
     trouble = float32_trouble(weights)
     if trouble and not trouble.endswith(NOT_FINITE):
         warn_ahead(trouble)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert.atomic import building_directory
-from npbert.checkpoint import EmbeddingWeights
+from npbert.checkpoint import NOT_FINITE, EmbeddingWeights, float32_trouble
 from npbert.errors import InputError
 from npbert.inputs import check_path
 from npbert.model import Embedder, _checkpoint, checkpoint_tokenizer, embed_stages
@@ -282,6 +282,9 @@ def write_vectors(model: Embedder | EmbeddingWeights, directory: str | os.PathLi
     if not directory.parent.is_dir():
         raise InputError(f"{directory}: {directory.parent} is a file, not a directory")
     weights = model if isinstance(model, EmbeddingWeights) else model.weights
+    trouble = float32_trouble(weights)  # in a row no case looks up too: vectors of a broken
+    if trouble and trouble.endswith(NOT_FINITE):  # checkpoint would pass for sound
+        raise InputError(f"{trouble} (npbert inspect shows where): no vectors are made of it")
     manifest = {
         "format": "npbert conformance vectors, version 3 (FORMAT.md)",
         "model": weights.source,

@@ -822,10 +822,23 @@ def test_float16_shards_warn_of_outputs_past_float16s_range(tmp_path):
         assert np.isinf(next(read_corpus(out))).any() == warned
 
 
-def test_vectors_of_a_checkpoint_holding_inf_is_one_line(tmp_path):
-    vectors = ["vectors", "--model", tiny_words(tmp_path, np.inf), "--out", tmp_path / "v"]
-    refused = npbert_process(*map(str, vectors))  # NumPy's warning came first
-    assert one_line_error(refused, "the float32 reference is not finite"), refused.stderr
+@pytest.mark.parametrize("row", [slice(None), 37], ids=["every row", "a row no case uses"])
+def test_vectors_of_a_checkpoint_holding_inf_is_one_line(tmp_path, row):
+    """Refused once a case looked the row up (NumPy's warning first), and not at all where
+    none did: the vectors of a broken checkpoint were written without a word."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    model = tmp_path / "m"
+    shutil.copytree(TINY, model)
+    tensors = load_file(str(TINY / "model.safetensors"))
+    tensors["bert.embeddings.word_embeddings.weight"][row, 3] = np.inf
+    save_file(tensors, str(model / "model.safetensors"))
+    refused = npbert_process("vectors", "--model", str(model), "--out", str(tmp_path / "v"))
+    message = "the checkpoint's word_embeddings holds NaN or Inf (npbert inspect shows where)"
+    assert one_line_error(refused, message), refused.stderr
+    assert not (tmp_path / "v").exists()
 
 
 @pytest.mark.parametrize(("value", "columns"), [(1e37, slice(None)), (1e20, 0)])
