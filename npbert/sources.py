@@ -37,7 +37,6 @@ from npbert.npyfile import regular_file
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
 BLOCK = 1 << 20  # bytes read at a time while checking a prefix
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, as Windows editors write: not text
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian
 
 logger = logging.getLogger(__name__)
 
@@ -420,10 +419,11 @@ def _record(chunk: Chunk, number: int, line: bytes) -> Record:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
-        if number == 1 and line[:2] in UTF16_BOMS:  # Windows PowerShell 5 writes it with `>`
+        encoding = number == 1 and other_unicode(line)  # Windows PowerShell 5's `>`: UTF-16
+        if encoding:
             raise InputError(
-                f"{where}: not UTF-8 text but UTF-16 (it begins with UTF-16's byte order mark): "
-                "convert it, e.g. iconv -f UTF-16 -t UTF-8"
+                f"{where}: not UTF-8 text but {encoding} (it begins with {encoding}'s byte order "
+                f"mark): convert it, e.g. iconv -f {encoding} -t UTF-8"
             ) from None
         raise InputError(
             f"{where}: not UTF-8 text ({error.reason} at byte {error.start} of the line)"
@@ -438,6 +438,15 @@ def _record(chunk: Chunk, number: int, line: bytes) -> Record:
             "(convert the file, e.g. tr '\\r' '\\n')"
         )
     return Record(where, text)
+
+
+def other_unicode(line: bytes) -> str | None:
+    """The encoding a file's first line names by its byte order mark, where not UTF-8's."""
+    if line[:4] in (b"\xff\xfe\0\0", b"\0\0\xfe\xff"):  # before UTF-16 LE's, its prefix
+        return "UTF-32"
+    if line[:2] in (b"\xff\xfe", b"\xfe\xff"):  # little- and big-endian
+        return "UTF-16"
+    return None
 
 
 class _Members(list):

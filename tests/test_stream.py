@@ -829,6 +829,12 @@ def test_a_shard_that_is_not_this_runs_is_refused_by_read_corpus_and_resume(
             "c.txt line 1: not UTF-8 text but UTF-16 (it "
             "begins with UTF-16's byte order mark): convert it, e.g. iconv -f UTF-16 -t UTF-8",
         ),
+        (
+            "c.txt",
+            "one\n".encode("utf-32"),  # its mark begins as UTF-16's
+            "c.txt line 1: not UTF-8 text but UTF-32 (it "
+            "begins with UTF-32's byte order mark): convert it, e.g. iconv -f UTF-32 -t UTF-8",
+        ),
     ],
 )
 def test_bad_unicode_names_the_line(tmp_path, minilm_dir, name, content, message):
