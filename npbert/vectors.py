@@ -51,7 +51,7 @@ One folder per case. Each holds the inputs
     token_type_ids.npy  (B, L) int64, where the family has a token-type table
     position_ids.npy    (L,) or (B, L) int64, the positions looked up (RoBERTa's are derived
                         from the padding), where the family has a position table
-    attention_mask.npy  (B, L) int64, for cases made from text (0 marks padding)
+    attention_mask.npy  (B, L) int64, for cases made from text and "padded" (0 marks padding)
 
 (a checkpoint without a tokenizer, manifest.json's "tokenizer" null, gets cases of ids
 alone, drawn at random from the word table with NumPy's default_rng({RANDOM_IDS}))
@@ -128,7 +128,7 @@ def cases(model: Embedder | EmbeddingWeights) -> dict[str, dict]:
             np.arange(len(sequence))[None] % types,
         )
     made["repeated_tokens"] = _ids(
-        "one token repeated: rows differ only by position", [*first, *[middle[0]] * 14, *last]
+        f"one token repeated: {repeated_rows(config)}", [*first, *[middle[0]] * 14, *last]
     )
     special = _special_tokens(embedder)
     if special is not None:
@@ -158,7 +158,9 @@ def _text(embedder: Embedder, description: str, texts, pairs=None, max_length=No
 
 def id_cases(weights: EmbeddingWeights) -> dict[str, dict]:
     """The cases of ids alone, for a checkpoint without a tokenizer: ids drawn at random from
-    the word table (seed RANDOM_IDS) where cases() takes a text's."""
+    the word table (seed RANDOM_IDS) where cases() takes a text's. input_ids (2, 12) for
+    random_ids, (1, 16) for every_token_type and repeated_tokens, (1, L) for longest, (1, 8)
+    for padded (its attention_mask 0 on the two pads)."""
     config = weights.config
     rng = np.random.default_rng(RANDOM_IDS)
 
@@ -173,23 +175,35 @@ def id_cases(weights: EmbeddingWeights) -> dict[str, dict]:
             np.arange(16)[None] % types,
         )
     made["repeated_tokens"] = _ids(
-        "one random id repeated: rows differ only by position", [int(words(1)[0])] * 16
+        f"one random id repeated: {repeated_rows(config)}", [int(words(1)[0])] * 16
     )
     length = longest_length(config)
     made["longest"] = _ids(f"random ids, {longest_description(config, length)}", words(length))
     if config.pad_token_id is not None and config.pad_token_id < config.vocab_size:
-        pads = [config.pad_token_id] * 2
         made["padded"] = _ids(
-            "random ids, then config.json's pad_token_id twice", [*words(6), *pads]
+            "random ids, then config.json's pad_token_id twice, masked as padding",
+            [*words(6), *[config.pad_token_id] * 2],
+            attention_mask=[[1] * 6 + [0] * 2],
         )
     return made
 
 
-def _ids(description: str, input_ids, token_type_ids=None) -> dict:
-    """A case of ids, (L,) for one sequence or (B, L), token types 0 unless given."""
+def repeated_rows(config) -> str:
+    """What the repeated_tokens case shows of the family's positions."""
+    if config.positions == "none":
+        return "rows the same, as the layer has no positions"
+    return "rows differ only by position"
+
+
+def _ids(description: str, input_ids, token_type_ids=None, attention_mask=None) -> dict:
+    """A case of ids, (L,) for one sequence or (B, L), token types 0 unless given, and the
+    attention mask where given."""
     input_ids = np.array(input_ids, np.int64).reshape(-1, np.shape(input_ids)[-1])  # (B, L)
     types = np.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-    return {"description": description, "input_ids": input_ids, "token_type_ids": types}
+    case = {"description": description, "input_ids": input_ids, "token_type_ids": types}
+    if attention_mask is not None:
+        case["attention_mask"] = np.array(attention_mask, np.int64)  # (B, L)
+    return case
 
 
 def _longest(embedder: Embedder) -> dict:
@@ -212,6 +226,7 @@ def longest_length(config) -> int:
 
 
 def longest_description(config, length: int) -> str:
+    """The longest case's description: the model's limit, or why it is not that long."""
     if length == config.max_length:
         return f"the longest allowed sequence: {length} tokens"
     return (

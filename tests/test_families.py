@@ -404,23 +404,31 @@ def test_vectors_of_a_checkpoint_without_a_tokenizer_are_of_ids(capsys, tmp_path
     assert length == min(weights.config.max_length or 512, LONGEST)
     for name in manifest["cases"]:
         case = tmp_path / "v" / name
+        given = {
+            key: np.load(case / f"{key}.npy")
+            for key in ("token_type_ids", "attention_mask")
+            if (case / f"{key}.npy").exists()
+        }
         files = ["--ids-file", case / "input_ids.npy"]
-        if (case / "token_type_ids.npy").exists():
-            files += ["--token-type-ids-file", case / "token_type_ids.npy"]
+        for key in given:
+            files += [f"--{key.replace('_', '-')}-file", case / f"{key}.npy"]
         code, out, err = cli(capsys, "compare", case / "embeddings.float32.npy", "--model", model,
                              *files)  # fmt: skip
         assert code == 0 and "PASS" in out, (name, out + err)
-        reference = np.load(case / "embeddings.float64.npy")
         ids = np.load(case / "input_ids.npy")
-        types = (
-            np.load(case / "token_type_ids.npy") if (case / "token_type_ids.npy").exists() else None
-        )
         np.testing.assert_array_equal(
-            reference, npbert.embed(weights, ids, types, dtype=np.float64)
+            np.load(case / "embeddings.float64.npy"),
+            npbert.embed(weights, ids, **given, dtype=np.float64),
         )
     if weights.config.pad_token_id is not None:
-        padded = np.load(tmp_path / "v" / "padded" / "input_ids.npy")[0]
-        assert padded[-2:].tolist() == [weights.config.pad_token_id] * 2
+        padded = tmp_path / "v" / "padded"
+        pads = [weights.config.pad_token_id] * 2
+        assert np.load(padded / "input_ids.npy")[0, -2:].tolist() == pads
+        assert np.load(padded / "attention_mask.npy").tolist() == [[1] * 6 + [0] * 2]
+        zeroed = (np.load(padded / "embeddings.float64.npy")[0, -2:] == 0).all()
+        assert zeroed == weights.config.family.masks_padding  # DeBERTa's layer zeroes them
+    same = "rows the same" in manifest["cases"]["repeated_tokens"]["description"]
+    assert same == (weights.config.positions == "none")
 
 
 def test_roformer_text_is_refused_by_name_and_its_vectors_are_of_ids(capsys, tmp_path):
