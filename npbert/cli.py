@@ -896,14 +896,9 @@ def run_vectors(args) -> int:
     from npbert.checkpoint import EmbeddingWeights
     from npbert.vectors import load_model, write_vectors
 
-    model = load_model(args.model, revision=args.revision, full=args.full)
+    model, reason = load_model(args.model, revision=args.revision, full=args.full)
     weights = model if isinstance(model, EmbeddingWeights) else model.weights
-    if model is weights:
-        family = weights.config.family
-        wanted = "tokenizer.json or vocab.txt" if family.vocab_txt else "tokenizer.json"
-        reason = f"{args.model} has no {wanted}"
-        if family.no_text:
-            reason = f"{weights.config.model_type}: {family.no_text}"
+    if reason:
         print(
             f"npbert: warning: {reason}; the vectors are cases of random ids alone, none of text",
             file=sys.stderr,

@@ -46,10 +46,10 @@ def load_weights(
     saved one, False for none; the Hub cache directory; the cache only, no request).
     """
     hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
-    return _checkpoint(model, revision=revision, full=full, **hub)[1]
+    return resolve_weights(model, revision=revision, full=full, **hub)[1]
 
 
-def _checkpoint(model, **options) -> tuple:
+def resolve_weights(model, **options) -> tuple:
     """(its directory, its EmbeddingWeights) for a local directory or a Hub repo id; options
     as load_weights'."""
     directory, source = resolve(model, **options)
@@ -246,7 +246,7 @@ class Embedder:
     ) -> "Embedder":
         """Load from a local checkpoint directory or a Hub repo id (see load_weights)."""
         hub = {"token": token, "cache_dir": cache_dir, "local_files_only": local_files_only}
-        directory, weights = _checkpoint(model, revision=revision, full=full, **hub)
+        directory, weights = resolve_weights(model, revision=revision, full=full, **hub)
         check_text(weights.config)  # before reading a tokenizer it would not use
         return cls(weights, checkpoint_tokenizer(directory, weights))
 

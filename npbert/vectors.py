@@ -14,7 +14,7 @@ from npbert.atomic import building_directory
 from npbert.checkpoint import NOT_FINITE, EmbeddingWeights, float32_trouble
 from npbert.errors import InputError
 from npbert.inputs import check_path
-from npbert.model import Embedder, _checkpoint, checkpoint_tokenizer, embed_stages
+from npbert.model import Embedder, checkpoint_tokenizer, embed_stages, resolve_weights
 from npbert.tokenize import tokenizer_file
 from npbert.verify import STEPS, check_finite, default_atol
 
@@ -92,14 +92,18 @@ that disagrees is where the bug is. `npbert compare` does this for one output fi
 """
 
 
-def load_model(model: str | os.PathLike, **options) -> Embedder | EmbeddingWeights:
+def load_model(model: str | os.PathLike, **options) -> tuple[Embedder | EmbeddingWeights, str]:
     """What write_vectors takes for a checkpoint (options as load_weights'): its Embedder, or
-    its weights alone where it has no tokenizer file or npbert cannot run it (RoFormer's)."""
-    directory, weights = _checkpoint(model, **options)
-    family = weights.config.family
-    if family.no_text or tokenizer_file(Path(directory), vocab_txt=family.vocab_txt) is None:
-        return weights
-    return Embedder(weights, checkpoint_tokenizer(directory, weights))
+    its weights alone where it has no tokenizer file or npbert cannot run it (RoFormer's),
+    with why ("" for an Embedder)."""
+    directory, weights = resolve_weights(model, **options)
+    config = weights.config
+    if config.family.no_text:
+        return weights, f"{config.model_type}: {config.family.no_text}"
+    if tokenizer_file(Path(directory), vocab_txt=config.family.vocab_txt) is None:
+        wanted = "tokenizer.json or vocab.txt" if config.family.vocab_txt else "tokenizer.json"
+        return weights, f"{model} has no {wanted}"
+    return Embedder(weights, checkpoint_tokenizer(directory, weights)), ""
 
 
 def cases(model: Embedder | EmbeddingWeights) -> dict[str, dict]:
