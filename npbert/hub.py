@@ -547,9 +547,10 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
     target = snapshot / EMBEDDINGS_DIR
     source = _source(repo_id, revision, commit, True)
     problem = entry_damage(target, snapshot) if target.is_dir() else "missing"
-    if problem is None and not any(stale_temporaries(snapshot.parent)):  # nothing to write:
-        return Fetched(target, source, 0, _weights_size(target), True)  # no lock, read-only too
-    if target.is_dir() and not os.access(target.parent, os.W_OK):  # a read-only cache
+    writable = os.access(snapshot.parent, os.W_OK)  # not in a cache mounted read-only
+    if problem is None and not (writable and any(stale_temporaries(snapshot.parent))):
+        return Fetched(target, source, 0, _weights_size(target), True)  # nothing to write
+    if target.is_dir() and not writable:
         raise InputError(
             f"{repo_id}: the cached copy {target} is damaged ({problem}), and this process may "
             "not write there to repair it: run `npbert fetch` where it may, or choose a "
