@@ -68,6 +68,8 @@ def as_id_array(name: str, ids) -> np.ndarray:
         array = np.asarray(ids)
     except ValueError as error:  # ragged nested lists
         raise InputError(f"{name} is not a rectangular array: {error}") from None
+    except TypeError as error:  # an array-like NumPy cannot read (its __array__ fails)
+        raise InputError(f"{name} must be an array of integer ids: {error}") from None
     if array.dtype == object and array.ndim == 0:  # None, a dict, a set, a generator
         raise InputError(f"{name} must be an array of integer ids, got {ids!r:.60}")
     if array.size == 0:
@@ -86,7 +88,7 @@ def as_id_array(name: str, ids) -> np.ndarray:
     if array.ndim not in (1, 2):
         raise InputError(f"{name} must have shape (L,) or (B, L), got {array.shape}")
     if not isinstance(ids, np.ndarray) and array.min() <= 1 and _holds_bool(ids):
-        flat = np.array(ids, dtype=object)  # (B, L) or (L,), only to say where
+        flat = np.array(_as_numpy(ids), dtype=object)  # (B, L) or (L,), only to say where
         index = tuple(np.argwhere(np.frompyfunc(_is_bool, 1, 1)(flat).astype(bool))[0])
         raise InputError(f"{indexed(name, index)} = {flat[index]} is a bool, not an integer id")
     return array
@@ -115,21 +117,30 @@ def _huge(value) -> bool:
 
 
 def _is_bool(value) -> bool:
-    return isinstance(value, bool | np.bool_) or (
-        isinstance(value, np.ndarray) and value.dtype.kind == "b"
-    )
+    """A bool, or an array of bools of any library (NumPy, torch, pyarrow, pandas)."""
+    if isinstance(value, bool | np.bool_):
+        return True
+    return not isinstance(value, int | np.integer) and np.asarray(value).dtype.kind == "b"
 
 
 def _holds_bool(values) -> bool:
     """Whether nested lists hold a bool: np.asarray takes True for 1 among ints, so the
-    array cannot tell. Only lists whose ids include 0 or 1 are searched."""
+    array cannot tell, also of a list of torch tensors or pyarrow arrays. Only lists whose ids
+    include 0 or 1 are searched."""
     if not isinstance(values, list | tuple):
         return _is_bool(values)
     kinds = set(map(type, values))  # one pass in C over a row of ints (or np.int64s)
     if kinds & {bool, np.bool_}:
         return True
-    nested = kinds & {list, tuple, np.ndarray}
+    nested = {kind for kind in kinds if not issubclass(kind, int | np.integer)}
     return bool(nested) and any(_holds_bool(v) for v in values if type(v) in nested)
+
+
+def _as_numpy(values):
+    """Nested lists with each other array-like as NumPy's, which keeps its bools as bools."""
+    if isinstance(values, list | tuple):
+        return [_as_numpy(v) for v in values]
+    return values if isinstance(values, int | np.generic) else np.asarray(values)
 
 
 def refuse_masked(name: str, values) -> None:

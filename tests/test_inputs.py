@@ -13,6 +13,24 @@ from npbert import InputError
 from npbert.embedding import normalize
 
 
+class Tensor:
+    """An array of another library, as NumPy reads a torch tensor or a pyarrow array."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values if dtype is None else self.values.astype(dtype)
+
+    def __index__(self) -> int:  # a 0-d one, as torch's
+        return int(self.values)
+
+
+class Unreadable:
+    def __array__(self, dtype=None, copy=None):
+        return np.array(5)  # 0-d, with no __index__: NumPy raises TypeError in a list
+
+
 @pytest.fixture(scope="module")
 def weights():
     return npbert.load_weights(TINY)
@@ -41,6 +59,17 @@ def weights():
         ({"input_ids": [[5, 3], np.array([1, 0], bool)]}, r"input_ids\[1, 0\] = True is a bool"),
         ({"input_ids": [np.array(True), 5]}, r"input_ids\[0\] = True is a bool"),
         ({"input_ids": [np.int64(5), np.True_]}, r"input_ids\[1\] = True is a bool"),
+        # rows of another library (torch, pyarrow, pandas): NumPy makes their bools 1 and 0
+        ({"input_ids": [Tensor([5, 6]), Tensor([True, False])]}, r"input_ids\[1, 0\] = True"),
+        ({"input_ids": [Tensor(5), Tensor(True)]}, r"input_ids\[1\] = True is a bool"),
+        (
+            {
+                "input_ids": [[2, 3], [4, 5]],
+                "token_type_ids": [Tensor([0, 1]), Tensor([True, False])],
+            },
+            r"token_type_ids\[1, 0\] = True is a bool",
+        ),
+        ({"input_ids": [Unreadable()]}, "input_ids must be an array of integer ids: "),
         ({"input_ids": [2, 3], "token_type_ids": [0, True]}, r"token_type_ids\[1\] = True is"),
         ({"input_ids": [2, 3], "position_ids": [False, 1]}, r"position_ids\[0\] = False is"),
         ({"input_ids": ["2", "3"]}, "must be an integer array"),
