@@ -75,6 +75,11 @@ class EmbeddingWeights:
             if _writable(array):
                 object.__setattr__(self, name, read_only(array.copy()))
 
+    def __reduce__(self):
+        """Pickled (multiprocessing, joblib, Ray, copy.deepcopy) as its fields, and rebuilt
+        with its arrays read-only: pickle makes them writable, and __init__ would copy them."""
+        return (_unpickled, (type(self), {f.name: getattr(self, f.name) for f in fields(self)}))
+
     @property
     def arrays(self) -> dict[str, np.ndarray]:
         """The tensors this checkpoint has, by field name."""
@@ -354,6 +359,14 @@ def scan_values(stored: StoredTensor, rows: int = 4096) -> str:
 STORED = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 
 
+def _unpickled(cls: type, values: dict) -> EmbeddingWeights:
+    """EmbeddingWeights.__reduce__'s rebuild: its arrays, fresh from pickle, are its alone."""
+    for value in values.values():
+        if isinstance(value, np.ndarray):
+            read_only(value)
+    return cls(**values)
+
+
 def read_tensor(stored: StoredTensor) -> np.ndarray:
     """One stored tensor as float32, memory-mapped rather than read.
 
@@ -378,8 +391,10 @@ def read_tensor(stored: StoredTensor) -> np.ndarray:
 
 
 def read_only(array: np.ndarray) -> np.ndarray:
-    """A view of `array` that cannot be made writable again (its owner is read-only too)."""
-    owner = array if array.base is None else array.base
+    """A view of `array` that cannot be written, its owner marked read-only too: only a
+    deliberate `.base.flags.writeable = True` on a copy npbert owns makes it writable again
+    (a memory map's cannot be)."""
+    owner = array.base if isinstance(array.base, np.ndarray) else array  # not a map's buffer
     owner.flags.writeable = False
     return array.view()
 

@@ -312,6 +312,24 @@ def test_widened_weights_cannot_be_made_writable_again(name):
             array.flags.writeable = True
 
 
+@pytest.mark.parametrize("name", ["tiny-bert", "tiny-bert-fp16", "tiny-albert"])
+@pytest.mark.parametrize("copied", ["pickle", "deepcopy"])
+def test_weights_sent_to_another_process_stay_read_only(name, copied):
+    """multiprocessing, joblib and Ray pickle the weights: they came back writable, and an
+    edit in place left npbert.fast's tables stale (embed 2.48 from embed_stages)."""
+    import copy
+    import pickle
+
+    weights = npbert.load_weights(DATA / name)
+    other = pickle.loads(pickle.dumps(weights)) if copied == "pickle" else copy.deepcopy(weights)
+    assert other.config == weights.config and other.files == weights.files
+    for field, array in other.arrays.items():
+        np.testing.assert_array_equal(array, weights.arrays[field])
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 1
+    np.testing.assert_array_equal(npbert.embed(other, [2, 5, 3]), npbert.embed(weights, [2, 5, 3]))
+
+
 def test_both_a_legacy_and_a_current_name_are_refused_as_unclear(tmp_path):
     tensors = renamed(lambda k: k)
     tensors["bert.embeddings.LayerNorm.weight"] = np.full(32, 3.0, np.float32)
