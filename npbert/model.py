@@ -330,10 +330,7 @@ class Embedder:
         memory stays within one batch. show_progress_bar: a tqdm bar of the texts embedded.
         Other arguments as __call__.
         """
-        from npbert.hub import check_timeout_variables
-
-        check_timeout_variables()  # which importing huggingface_hub reads
-        from huggingface_hub.utils import tqdm  # the progress bar huggingface_hub uses
+        from tqdm import tqdm  # not huggingface_hub's: importing it reads the Hub's settings
 
         if isinstance(texts, str) or isinstance(pairs, str):
             raise InputError(

@@ -367,6 +367,15 @@ def test_embed_each_shows_a_progress_bar_only_when_asked(embedder, capsys):
     assert "3/3" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["0", "1.5"])
+def test_embed_each_of_a_local_model_reads_no_hub_setting(embedder, monkeypatch, value):
+    """It imported huggingface_hub's tqdm, and so checked the Hub's timeouts, which
+    embedder(texts) does not: a setting for downloads stopped a local embedding."""
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", value)
+    each = embedder.embed_each(TEXTS[:1])
+    np.testing.assert_array_equal(each[0].embeddings, embedder(TEXTS[0]).embeddings)
+
+
 def test_max_length_per_call_is_capped_by_the_model(embedder):
     cut = embedder(TEXTS, max_length=6, truncation=True)
     assert cut.input_ids.shape == (3, 6) and all(t[-1] == "[SEP]" for t in cut.tokens)
