@@ -50,6 +50,11 @@ class Tokenizer:
         # max_length -> a copy that truncates; lru_cache is safe to call from threads.
         self.truncating = functools.lru_cache(maxsize=8)(self._truncating)
 
+    def __reduce__(self):
+        """Pickled (a process pool, Ray) as what it was made from: the cache of truncating
+        copies is not picklable, and is made again where it is used."""
+        return (type(self), (self.tokenizer, self.pad_token_id, self.name))
+
     def _truncating(self, max_length: int):
         """A copy of the tokenizer that truncates to max_length."""
         from tokenizers import Tokenizer as Library

@@ -367,6 +367,20 @@ def test_embed_each_shows_a_progress_bar_only_when_asked(embedder, capsys):
     assert "3/3" in capsys.readouterr().err
 
 
+def test_an_embedder_goes_to_another_process(embedder):
+    """A process pool pickles what it sends: the tokenizer's cache of truncating copies made
+    that a PicklingError."""
+    import pickle
+
+    other = pickle.loads(pickle.dumps(embedder))
+    for options in ({}, {"truncation": True, "max_length": 6}):
+        np.testing.assert_array_equal(
+            other(TEXTS, **options).embeddings, embedder(TEXTS, **options).embeddings
+        )
+    assert other.tokenizer.pad_token_id == embedder.tokenizer.pad_token_id
+    assert not other.weights.word_embeddings.flags.writeable
+
+
 @pytest.mark.parametrize("value", ["0", "1.5"])
 def test_embed_each_of_a_local_model_reads_no_hub_setting(embedder, monkeypatch, value):
     """It imported huggingface_hub's tqdm, and so checked the Hub's timeouts, which
