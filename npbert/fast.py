@@ -44,6 +44,7 @@ import numpy as np
 from npbert.checkpoint import EmbeddingWeights, check_weights
 from npbert.cores import cpus
 from npbert.errors import InputError
+from npbert.inputs import check_count
 
 # Tokens per block, as measured on bert-base (scripts/bench.py, AMD EPYC, 1 MiB L2 a core):
 # longer NumPy calls mean fewer hand-offs of the GIL between threads and less Python a token.
@@ -56,7 +57,23 @@ BLOCK = 512
 # same-shape operand, where NumPy runs a broadcast (E,) row about half as fast, in 96 KiB of
 # cache for both at bert-base's 768.
 SHORT = 16
+# Past the cores no thread runs faster (they take turns holding the GIL between NumPy calls),
+# and the process's pool keeps each thread it starts: as the corpus job's workers, at most
+# this many a core.
+THREADS_PER_CORE = 4
 PAGE = 4096  # bytes
+
+
+def check_threads(threads) -> int:
+    """threads as a count, at most THREADS_PER_CORE for each core this process may use."""
+    threads = check_count("threads", threads)
+    cores = cpus()
+    if threads > THREADS_PER_CORE * cores:
+        raise InputError(
+            f"threads={threads}: more than {THREADS_PER_CORE} threads for each of the {cores} "
+            "cores this process may use; more run no faster, and each stays in the pool"
+        )
+    return threads
 
 
 def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:

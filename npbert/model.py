@@ -157,7 +157,7 @@ def embed(
     """
     check_weights(weights)
     check_flag("project", project)
-    threads = None if threads is None else check_count("threads", threads)
+    threads = None if threads is None else fast.check_threads(threads)
     if float_dtype(dtype) != np.float32:
         arguments = (weights, input_ids, token_type_ids, position_ids, attention_mask)
         stages = embed_stages(*arguments, dtype=dtype, project=project)

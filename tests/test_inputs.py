@@ -169,6 +169,22 @@ def test_threads_must_be_a_positive_whole_number(weights, threads):
         npbert.embed(weights, [2, 3], threads=threads)
 
 
+def test_threads_are_at_most_four_a_core(weights):
+    """threads=10**6 started a thread a block (299 for 600 x 256), which the pool then kept."""
+    from npbert.cores import cpus
+    from npbert.fast import _pool
+
+    most = 4 * cpus()
+    ids = np.full((8 * most, 128), 5)  # 4 rows a block of 512 tokens: 2 blocks a thread
+    np.testing.assert_array_equal(
+        npbert.embed(weights, ids, threads=most)[0], npbert.embed(weights, ids[:1])[0]
+    )
+    for threads in (most + 1, 10**6):
+        with pytest.raises(InputError, match=rf"threads={threads}: more than 4 threads for each"):
+            npbert.embed(weights, ids, threads=threads)
+    assert max(_pool, default=0) <= most
+
+
 @pytest.mark.parametrize("project", ["no", "yes", 1, None])
 def test_project_must_be_true_or_false(weights, project):
     for function in (npbert.embed, npbert.embed_stages):
