@@ -87,8 +87,7 @@ def run(args) -> int:
         print(f"npbert: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # an unreadable input or unwritable output file
-        where = f": {error.filename}" if error.filename else ""  # none for standard output
-        print(f"npbert: error: {error.strerror or error}{where}", file=sys.stderr)
+        print(f"npbert: error: {os_error(args, error)}", file=sys.stderr)
         return 2
     except WorkerLost as error:
         print(f"npbert: error: {error}", file=sys.stderr)
@@ -103,6 +102,28 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("npbert: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+
+
+# The options that name a file or directory npbert reads or writes.
+PATH_OPTIONS = ("out", "input", "ids_file", "token_type_ids_file", "attention_mask_file", "plot")
+
+
+def os_error(args, error: OSError) -> str:
+    """The OS's reason, with the option that named the file where one did ("--out F: ...")."""
+    reason = error.strerror or str(error)
+    if not error.filename:  # standard output
+        return reason
+    path = Path(os.fsdecode(error.filename))
+    for name in PATH_OPTIONS:
+        given = getattr(args, name, None)
+        if not isinstance(given, str | os.PathLike):
+            continue
+        option = "--" + name.replace("_", "-")
+        if path == Path(given):
+            return f"{option} {path}: {reason}"
+        if Path(given) in path.parents:  # a file in the directory the option names
+            return f"{option} {given}: {reason} ({path})"
+    return f"{reason}: {path}"
 
 
 def say(*parts) -> None:
