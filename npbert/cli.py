@@ -914,11 +914,10 @@ def to_json(value) -> str:
 
 
 def run_vectors(args) -> int:
-    from npbert.checkpoint import EmbeddingWeights
-    from npbert.vectors import load_model, write_vectors
+    from npbert.vectors import load_model, weights_of, write_vectors
 
     model, reason = load_model(args.model, revision=args.revision, full=args.full)
-    weights = model if isinstance(model, EmbeddingWeights) else model.weights
+    weights = weights_of(model)
     if reason:
         print(
             f"npbert: warning: {reason}; the vectors are cases of random ids alone, none of text",

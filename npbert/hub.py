@@ -495,21 +495,26 @@ def _download_whole(repo_id, revision, commit, files, snapshot, config, access) 
     for name in weights:
         path = snapshot / name
         problem = damage_of_file(path) if name != INDEX_FILE and path.is_file() else None
-        if problem is not None:  # removed, blob and link, for hf_hub_download to fetch again:
-            # huggingface_hub 0.x returns a commit's cached file even with force_download
-            path.resolve().unlink()
-            path.unlink(missing_ok=True)
+        if problem is not None:  # removed, for hf_hub_download to fetch again: huggingface_hub
+            # 0.x returns a commit's cached file even with force_download
+            remove_cached(path)
             repaired = problem
         _hf_download(repo_id, name, commit, access, small=name == INDEX_FILE)
         where = f"{repo_id}/{name} at {commit[:12]}"  # as the range path names it
         served = damage_of_file(path, where) if name != INDEX_FILE else None
         if served is not None:  # not kept: the next load would call the cache damaged
-            path.resolve().unlink()
-            path.unlink(missing_ok=True)  # the link, where the cache has one
+            remove_cached(path)
             raise InputError(f"{served} (as the Hub serves it; not kept in the cache)")
     size = sum((snapshot / name).stat().st_size for name in weights)
     source = _source(repo_id, revision, commit, False)
     return Fetched(snapshot, source, size, size, False, repaired)
+
+
+def remove_cached(path: Path) -> None:
+    """Remove a file of huggingface_hub's cache: its blob, and the link to it where the cache
+    has one (the snapshot's entry)."""
+    path.resolve().unlink()
+    path.unlink(missing_ok=True)
 
 
 def damage_of_file(path: Path, where: str = "") -> str | None:

@@ -176,8 +176,7 @@ def load_tokenizer(
         ) from None
     source = tokenizer_file(directory, vocab_txt=vocab_txt)
     if source is None:
-        wanted = "tokenizer.json or vocab.txt" if vocab_txt else "tokenizer.json"
-        raise InputError(f"{directory} has no {wanted}")
+        raise InputError(f"{directory} has no {tokenizer_files(vocab_txt=vocab_txt)}")
     if source.name == "tokenizer.json":
         from tokenizers import Tokenizer as Library
 
@@ -190,6 +189,11 @@ def load_tokenizer(
     else:
         tokenizer = _wordpiece(source, _normalizer(settings, directory))
     return Tokenizer(tokenizer, _pad_id(tokenizer, settings, directory, pad_token_id), str(source))
+
+
+def tokenizer_files(*, vocab_txt: bool) -> str:
+    """The files tokenizer_file looks for, as errors name them."""
+    return "tokenizer.json or vocab.txt" if vocab_txt else "tokenizer.json"
 
 
 def tokenizer_file(directory: Path, *, vocab_txt: bool) -> Path | None:

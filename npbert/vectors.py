@@ -15,7 +15,7 @@ from npbert.checkpoint import NOT_FINITE, EmbeddingWeights, float32_trouble
 from npbert.errors import InputError
 from npbert.inputs import check_path
 from npbert.model import Embedder, checkpoint_tokenizer, embed_stages, resolve_weights
-from npbert.tokenize import tokenizer_file
+from npbert.tokenize import tokenizer_file, tokenizer_files
 from npbert.verify import STEPS, check_finite, default_atol
 
 SEEDS = [
@@ -101,9 +101,13 @@ def load_model(model: str | os.PathLike, **options) -> tuple[Embedder | Embeddin
     if config.family.no_text:
         return weights, f"{config.model_type}: {config.family.no_text}"
     if tokenizer_file(Path(directory), vocab_txt=config.family.vocab_txt) is None:
-        wanted = "tokenizer.json or vocab.txt" if config.family.vocab_txt else "tokenizer.json"
-        return weights, f"{model} has no {wanted}"
+        return weights, f"{model} has no {tokenizer_files(vocab_txt=config.family.vocab_txt)}"
     return Embedder(weights, checkpoint_tokenizer(directory, weights)), ""
+
+
+def weights_of(model: Embedder | EmbeddingWeights) -> EmbeddingWeights:
+    """The weights of what write_vectors takes."""
+    return model if isinstance(model, EmbeddingWeights) else model.weights
 
 
 def cases(model: Embedder | EmbeddingWeights) -> dict[str, dict]:
@@ -300,7 +304,7 @@ def write_vectors(model: Embedder | EmbeddingWeights, directory: str | os.PathLi
         raise InputError(f"{directory}: directory {directory.parent} does not exist")
     if not directory.parent.is_dir():
         raise InputError(f"{directory}: {directory.parent} is a file, not a directory")
-    weights = model if isinstance(model, EmbeddingWeights) else model.weights
+    weights = weights_of(model)
     trouble = float32_trouble(weights)  # in a row no case looks up too: vectors of a broken
     if trouble and trouble.endswith(NOT_FINITE):  # checkpoint would pass for sound
         raise InputError(f"{trouble} (npbert inspect shows where): no vectors are made of it")
