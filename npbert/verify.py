@@ -540,6 +540,10 @@ PADDED_FURTHER = (
     "tokenizer.json's padding may say)? npbert pads a batch only to its longest text; give "
     "the padded ids with --ids-file and the mask with --attention-mask-file to compare all"
 )
+WHOLE_NUMBERS = (
+    "every value is a whole number, as token ids are, where this stage holds the layer's "
+    "real-valued rows: ids given as the candidate? (ids to embed go in --ids-file)"
+)
 PER_SEQUENCE = (
     "the reference's position rows differ between sequences (positions derived from each "
     "sequence's padding): give them per sequence"
@@ -552,6 +556,8 @@ def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool, ba
     notes = {}
     for stage in stages:
         said = [*_shape_notes(stage, candidate, reference64, bare)]
+        if not stage.ok:
+            said.append(whole_numbers(candidate[stage.name]))
         if stage.shape_ok and not stage.ok:
             values = candidate[stage.name]
             expected, _ = _align(stage.name, values, reference64[stage.name], batch)
@@ -559,6 +565,16 @@ def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool, ba
         if any(said):
             notes[stage.name] = [note for note in said if note]
     return notes
+
+
+def whole_numbers(values: np.ndarray) -> str | None:
+    """A note where a failing stage's values are whole numbers, not all 0: token ids, say,
+    given where the layer's output belongs (no stage of a real layer is whole numbers)."""
+    if values.size == 0 or not np.isfinite(values).all() or not values.any():
+        return None
+    if values.dtype.kind in "iu" or np.array_equal(values, np.round(values)):
+        return WHOLE_NUMBERS
+    return None
 
 
 def not_finite(values: np.ndarray) -> str | None:

@@ -1175,3 +1175,23 @@ def test_write_vectors_checks_its_arguments(embedder, directory, message):
     given = tiny if embedder == "embedder" else str(TINY)
     with pytest.raises(npbert.InputError, match=re.escape(message)):
         write_vectors(given, directory)
+
+
+def test_token_ids_given_as_the_candidate_are_named_as_whole_numbers(tmp_path, capsys, minilm_dir):
+    embedder = npbert.Embedder.from_pretrained(minilm_dir)
+    ids = embedder.encode(["i am sinan"]).input_ids  # (1, L) int
+    output = npbert.embed(embedder.weights, ids)  # (1, L, E)
+    cases = {
+        "ids": (ids, True),  # the wrong shape, and integers
+        "rounded": (np.round(output * 10).astype(np.int32), True),  # the shape, integers
+        "zeros": (np.zeros_like(output), False),  # a port that wrote nothing: not ids
+        "off": (output + np.float32(1e-3), False),  # wrong, but real-valued
+    }
+    for name, (candidate, noted) in cases.items():
+        np.save(tmp_path / f"{name}.npy", candidate)
+        code = main(
+            ["compare", str(tmp_path / f"{name}.npy"), "--model", str(minilm_dir), "i am sinan"]
+        )
+        out = capsys.readouterr()[0]
+        assert code == 1, name
+        assert ("every value is a whole number, as token ids are" in out) == noted, (name, out)
