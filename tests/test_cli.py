@@ -1,6 +1,7 @@
 """The npbert command: outputs, the walk-through, and one-line errors with exit 2."""
 
 import argparse
+import importlib.metadata
 import json
 import os
 import re
@@ -612,10 +613,42 @@ def test_version_and_python_dash_m():
     assert result.returncode == 0 and b"word_embeddings" in result.stdout
 
 
-def main_process(*argv) -> subprocess.CompletedProcess:
-    """The console script's entry point, npbert.cli:main, as a process."""
-    code = "import sys; from npbert.cli import main; sys.exit(main())"
+def main_process(*argv, before: str = "") -> subprocess.CompletedProcess:
+    """The console script's entry point, as the installed package names it, as a process;
+    `before`: Python run first."""
+    (script,) = importlib.metadata.entry_points(group="console_scripts", name="npbert")
+    module, function = script.module, script.attr
+    code = f"{before}\nimport sys; from {module} import {function}; sys.exit({function}())"
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, timeout=60)
+
+
+# Raises KeyboardInterrupt where NumPy is imported: a Ctrl-C while the command starts up.
+CTRL_C_ON_IMPORT = """
+import sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+"""
+
+
+def test_ctrl_c_while_the_command_starts_up_ends_it_without_a_traceback():
+    result = main_process("inspect", str(TINY), before=CTRL_C_ON_IMPORT)
+    assert result.returncode == 130
+    assert result.stderr == b"npbert: interrupted\n" and result.stdout == b""
+
+
+def test_import_npbert_loads_no_numpy_until_an_export_is_used():
+    code = (
+        "import sys, npbert; assert 'numpy' not in sys.modules; npbert.embed; "
+        "assert 'numpy' in sys.modules; assert npbert.fast.BLOCK; print(sorted(npbert.__all__))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().strip() == str(sorted(npbert.__all__))
+    with pytest.raises(AttributeError, match="has no attribute 'nonesuch'"):
+        npbert.nonesuch  # noqa: B018
 
 
 def subcommands() -> dict:
