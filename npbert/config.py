@@ -49,7 +49,10 @@ class EmbeddingConfig:
 
     @property
     def formula(self) -> str:
-        return self.family.formula
+        """The family's formula as this checkpoint computes it: a DeBERTa without a position
+        table has no P in it, a BigBird that does not rescale no sqrt(H)."""
+        family = self.family
+        return family.formula if family.formula_of is None else family.formula_of(self)
 
     @property
     def output_size(self) -> int:

@@ -75,7 +75,12 @@ def absolute_position_ids(length: int) -> np.ndarray:
 
 def padded_position_ids(input_ids: np.ndarray, padding_idx: int) -> np.ndarray:
     """RoBERTa's positions (fairseq's make_positions): real tokens count up from padding_idx + 1,
-    padding tokens get padding_idx, wherever they are. input_ids (..., L) -> (..., L)."""
+    padding tokens get padding_idx, wherever they are. input_ids (..., L) -> (..., L).
+
+    The position table's padding_idx row is zeros, kept so in training (nn.Embedding's
+    padding_idx): padding gets no position, and real tokens count from the row after it, so
+    rows 0..padding_idx are never a real token's; with padding_idx 1, a table of 514 rows holds
+    512 positions."""
     real = input_ids != padding_idx  # (..., L)
     return np.cumsum(real, axis=-1) * real + padding_idx  # (..., L)
 
@@ -89,8 +94,9 @@ def padded_position_ids(input_ids: np.ndarray, padding_idx: int) -> np.ndarray:
 
 
 def bert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
-    """LayerNorm((W + T) + P): BERT, ERNIE; ALBERT and ELECTRA at width E; RoBERTa,
-    XLM-RoBERTa and CamemBERT with padded_position_ids."""
+    """LayerNorm((W + T) + P): BERT, ERNIE; ALBERT and ELECTRA at width E, which then project
+    it E -> H after the layer (npbert.model.embed_stages, project=True); RoBERTa, XLM-RoBERTa
+    and CamemBERT with padded_position_ids."""
     word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
     token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, E)
     position = lookup(w.position_embeddings, position_ids, dtype)  # (L, E) or (B, L, E)
@@ -140,7 +146,7 @@ def distilbert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype
 
 def roformer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
     """LayerNorm(W + T), no position table (rotary positions, applied in attention): RoFormer
-    at width E, NomicBERT."""
+    at width E (then projected E -> H as ALBERT is, see bert), NomicBERT."""
     word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
     token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, E)
     summed = word + token_type  # (B, L, E)
@@ -151,8 +157,9 @@ def roformer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) 
 
 
 def modernbert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
-    """LayerNorm(W), neither positions (rotary) nor token types: ModernBERT (its LayerNorm
-    without a bias unless norm_bias), Funnel."""
+    """LayerNorm(W), neither positions nor token types: ModernBERT (rotary positions in its
+    attention; its LayerNorm without a bias unless norm_bias), Funnel (relative positions and
+    token types, both used in its attention)."""
     word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, H)
     normalized = normalize(word, w.config.layer_norm_eps)  # (B, L, H)
     embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, H)
@@ -164,14 +171,17 @@ def deberta(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -
     if position_biased_input, T only if type_vocab_size > 0, embed_proj (no bias) only if
     E != H; given attention_mask, padding rows come out as zeros."""
     word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
-    stages, summed = {"word": word}, word  # summed: (B, L, E)
+    stages = {"word": word}
+    summed = word  # (B, L, E)
     if w.position_embeddings is not None:  # position_biased_input
         position = lookup(w.position_embeddings, position_ids, dtype)  # (L, E) or (B, L, E)
-        stages["position"], summed = position, summed + position  # (B, L, E)
+        stages["position"] = position
+        summed = summed + position  # (B, L, E)
     if w.token_type_embeddings is not None:  # type_vocab_size > 0
         token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, E)
-        stages["token_type"], summed = token_type, summed + token_type  # (B, L, E)
-    if summed is not word:  # a table was added to the word rows
+        stages["token_type"] = token_type
+        summed = summed + token_type  # (B, L, E)
+    if len(stages) > 1:  # a table was added to the word rows
         stages["sum"] = summed  # (B, L, E)
     if w.projection_weight is not None:  # E != H
         summed = linear(summed, w.projection_weight, None)  # (B, L, H)

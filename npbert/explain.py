@@ -26,13 +26,13 @@ def format_row(row: np.ndarray) -> str:
 
 
 def _rows(title: str, labels: list[str], matrix: np.ndarray | None, limit: int = 12) -> list[str]:
-    """A title, then one labelled row per token (the middle elided past `limit` tokens), or
-    the title alone for a step with no array of its own."""
+    """A title, then one labelled row per token (the middle elided past `limit` tokens, where
+    that hides two or more), or the title alone for a step with no array of its own."""
     if matrix is None:
         return [title]
     width = max(len(label) for label in labels)
     keep = range(len(labels))
-    if len(labels) > limit:
+    if len(labels) > limit + 1:  # one "..." line in place of one row would hide it for nothing
         keep = [*range(limit // 2), None, *range(len(labels) - limit // 2, len(labels))]
     lines = [title]
     for i in keep:
@@ -169,7 +169,7 @@ def explain(
         lines += ["", *_rows(f"{step}. {title}", labels, matrix)]
     lines += [
         "",
-        f"Check: this equals npbert.embed(): max |diff| = {diff:.3g} "
+        f"Check: npbert.embed(), the fast path, against these steps: max |diff| = {diff:.3g} "
         + (f"(equal within {bound:.3g})" if diff <= bound else "(MISMATCH)"),
     ]
     if bad.any():

@@ -55,6 +55,9 @@ class Family:
     sizes: tuple[int, int | None] = (768, None)
     rescale_key: str | None = None  # BigBird: scale the word rows by sqrt(H) when this is true
     sinusoid_key: str | None = None  # DistilBERT: the position table holds fixed sinusoids if true
+    # The formula as one checkpoint computes it, where config.json decides parts of it:
+    # f(EmbeddingConfig) -> str (EmbeddingConfig.formula); None: `formula` as it is.
+    formula_of: Callable | None = None
     masks_padding: bool = False  # DeBERTa multiplies its output by attention_mask
     dropout_after: str = "embeddings"  # the stage dropout follows (BigBird: before LayerNorm)
     vocab_txt: bool = False  # its tokenizer is BERT's WordPiece, so a vocab.txt alone will do
@@ -75,6 +78,27 @@ def truthy(value) -> bool:
 def not_positive(value) -> bool:
     """NomicBERT's rotary_emb_fraction: a learned position table unless it is a number > 0."""
     return isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+
+
+def big_bird_formula(config) -> str:
+    word = "W" if config.word_scale == 1 else "W * sqrt(H)"
+    return f"LayerNorm(({word} + T) + P)"
+
+
+def projected_after(layer: str, note: str = ""):
+    """ELECTRA's and RoFormer's formula: the layer, then Linear(E -> H) where E != H."""
+    return lambda config: layer + (", then Linear(E -> H)" if config.projection else "") + note
+
+
+def deberta_formula(config) -> str:
+    x = "W"  # the rows added in DeBERTa's order: (W + P) + T, each table where it has one
+    if config.positions != "none":
+        x = f"{x} + P"
+    if config.type_vocab_size:
+        x = f"({x}) + T" if "+" in x else f"{x} + T"
+    if config.projection == "inside":
+        x = f"embed_proj({x})"
+    return f"LayerNorm({x}) * attention_mask"
 
 
 ROBERTA = {"positions": "padded", "pad_default": 1}
@@ -107,10 +131,11 @@ FAMILIES: dict[str, Family] = {
     ),
     "big_bird": Family(
         embedding.big_bird,
-        "LayerNorm((W * sqrt(H) if rescale_embeddings) + T + P)",
+        "LayerNorm((W * s + T) + P), s = sqrt(H) if rescale_embeddings, else 1",
         "bert",
         BERT,
         rescale_key="rescale_embeddings",
+        formula_of=big_bird_formula,
         dropout_after="sum",
     ),
     "distilbert": Family(
@@ -137,6 +162,7 @@ FAMILIES: dict[str, Family] = {
         "electra",
         BERT | projection("embeddings_project"),
         projection="after",
+        formula_of=projected_after("LayerNorm((W + T) + P) at width E"),
         sizes=(256, 128),  # ElectraConfig's: a small model's, projected
         vocab_txt=True,
     ),
@@ -147,6 +173,7 @@ FAMILIES: dict[str, Family] = {
         WORD | TOKEN_TYPE | LAYER_NORM | projection("embeddings_project"),
         positions="none",
         projection="after",
+        formula_of=projected_after("LayerNorm(W + T) at width E", "; positions are rotary"),
         # transformers' RoFormerTokenizer runs jieba (rjieba) in Python, and saves BERT's
         # pre-tokenizer in its place: read from tokenizer.json, Chinese words become [UNK].
         no_text=(
@@ -166,7 +193,8 @@ FAMILIES: dict[str, Family] = {
     ),
     "deberta": Family(
         embedding.deberta,
-        "LayerNorm(embed_proj(W (+ P) (+ T))) * attention_mask",
+        "LayerNorm(embed_proj((W + P) + T)) * attention_mask; P if position_biased_input, T if "
+        "type_vocab_size > 0, embed_proj (no bias) if E != H",
         "deberta",
         BERT | projection("embeddings.embed_proj", bias=False),
         eps_default=1e-7,
@@ -176,6 +204,7 @@ FAMILIES: dict[str, Family] = {
         },
         projection="inside",
         masks_padding=True,
+        formula_of=deberta_formula,
     ),
     "modernbert": Family(
         embedding.modernbert,

@@ -141,7 +141,9 @@ def test_explain_walks_through_and_checks(capsys, minilm_dir):
     assert "##an" in stdout and "8254" in stdout
     assert "not the fixed sinusoids" in stdout and "not vectors of zeros and ones" in stdout
     diff = re.search(
-        r"equals npbert.embed\(\): max \|diff\| = (\S+) \(equal within 1e-05\)", stdout
+        r"npbert.embed\(\), the fast path, against these steps: "
+        r"max \|diff\| = (\S+) \(equal within 1e-05\)",
+        stdout,
     )
     assert diff and float(diff[1]) <= 2e-6  # the fast path's tolerance (npbert.fast)
 
@@ -348,7 +350,7 @@ def test_console_script_runs_as_a_process(minilm_dir):
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "equals npbert.embed()" in result.stdout
+    assert "npbert.embed(), the fast path, against these steps" in result.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "npbert.cli", "embed", "x", "--model", "./nope"],
         capture_output=True,
@@ -947,3 +949,11 @@ def test_ctrl_c_ignored_by_the_parent_stays_ignored_and_main_runs_in_a_thread(ca
     worker.start()
     worker.join(60)
     assert codes == [0]
+
+
+def test_explain_elides_rows_only_where_it_hides_two_or_more(capsys):
+    """13 tokens: the 13th row is shown, not one '...' in place of one row (the [SEP] between
+    a pair's segments, say); 14 hide two."""
+    for words, elided in ((11, False), (12, True)):  # + [CLS] and [SEP]: 13 and 14 tokens
+        assert main(["explain", " ".join(["a"] * words), "--model", str(TINY)]) == 0
+        assert ("\n   ...\n" in capsys.readouterr().out) == elided, words  # a line of its own

@@ -448,3 +448,24 @@ def test_a_config_changed_within_its_rules_embeds_as_its_rules_say(tmp_path):
     np.testing.assert_array_equal(
         npbert.embed(edited, np.arange(4)), npbert.embed(npbert.load_weights(stated), np.arange(4))
     )
+
+
+def test_the_formula_is_the_checkpoints_with_config_json_choices_made():
+    """config.formula (what explain, inspect and the vectors' manifest show) leaves out what
+    this checkpoint does not compute; the family's formula says when each part applies."""
+    config = {name: npbert.load_weights(TINY.parent / f"tiny-{name}").config for name in
+              ("deberta", "deberta-v2", "big-bird", "electra", "bert")}  # fmt: skip
+    assert config["deberta"].formula == "LayerNorm((W + P) + T) * attention_mask"  # E = H
+    assert config["deberta-v2"].formula == "LayerNorm(embed_proj(W)) * attention_mask"
+    projected = dataclasses.replace(config["deberta"], type_vocab_size=0)
+    assert projected.formula == "LayerNorm(W + P) * attention_mask"
+    big_bird = config["big-bird"]
+    assert big_bird.formula == "LayerNorm((W * sqrt(H) + T) + P)" and big_bird.word_scale > 1
+    assert dataclasses.replace(big_bird, word_scale=1.0).formula == "LayerNorm((W + T) + P)"
+    electra = config["electra"]
+    assert electra.formula.endswith("at width E, then Linear(E -> H)")
+    unprojected = dataclasses.replace(electra, projection=None, hidden_size=electra.embedding_size)
+    assert unprojected.formula == "LayerNorm((W + T) + P) at width E"
+    assert config["bert"].formula == config["bert"].family.formula == "LayerNorm((W + T) + P)"
+    for name in ("deberta-v2", "big_bird", "electra"):
+        assert " if " in FAMILIES[name].formula  # the family's says what decides each part
