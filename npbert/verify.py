@@ -360,6 +360,7 @@ def compare(
         "ok": first_bad is None,
         "tolerance": {"atol": atol, "rtol": rtol, "against": "npbert float64 reference"},
         "first_disagreeing_stage": first_bad,
+        "unchecked_before_it": unchecked_before(first_bad, list(reference64), candidate),
         "inputs": checked_inputs,
         "stages": {s.name: _stage_dict(s) for s in stages},
     }
@@ -367,6 +368,26 @@ def compare(
     for name, notes in stage_notes(candidate, reference64, stages, OUTPUT in given, batch).items():
         report["stages"][name]["notes"] = notes
     return report
+
+
+# The stages looked up from a table: each stands for itself alone. Every later stage is
+# computed from all the stages before it (their sum, then one step after another).
+LOOKUPS = ("word", "token_type", "position")
+
+
+def unchecked_before(bad: str | None, order: list[str], given) -> list[str]:
+    """The stages before `bad`, in the layer's order, that could be at fault and were not
+    checked: not given, and not vouched for by a later stage given within tolerance (every
+    stage given before `bad` is). A stage after the lookups vouches for all before it, as it
+    is computed from them; a lookup for itself alone. [] where `bad` is an input or None."""
+    if bad not in order:
+        return []
+    before = order[: order.index(bad)]
+    vouched = set()
+    for position, name in enumerate(before):
+        if name in given:
+            vouched.update([name] if name in LOOKUPS else before[: position + 1])
+    return [name for name in before if name not in vouched]
 
 
 def check_references(reference64, reference32) -> None:
@@ -782,15 +803,18 @@ def format_report(report: dict) -> str:
 
 
 def verdict(report: dict) -> str:
-    """PASS, or FAIL with the first stage that disagrees, or, where only the output was given,
-    that no step can be named: every step before it could be the one at fault."""
+    """PASS, or FAIL with the first stage that disagrees; where stages before it were not
+    checked (only the output given, say), those are named as where the fault may be too."""
     bad = report["first_disagreeing_stage"]
     if bad is None:
         return "PASS: every stage within tolerance"
-    if bad in OUTPUTS and report["stages"].keys() <= set(OUTPUTS):
-        return (
-            f"FAIL: '{bad}' disagrees, and it is the only stage given, so the step at fault "
-            "cannot be named: give every stage (.npz of word, position, token_type, sum, "
-            "normalized, as `npbert embed --stages` writes) to find it"
-        )
-    return f"FAIL: the first stage that disagrees is '{bad}'"
+    unchecked = report["unchecked_before_it"]
+    if not unchecked:
+        return f"FAIL: the first stage that disagrees is '{bad}'"
+    one = len(unchecked) == 1
+    return (
+        f"FAIL: '{bad}' is the first stage given that disagrees; {', '.join(unchecked)} "
+        f"{'was' if one else 'were'} not checked, and the fault may be there: give "
+        f"{'it' if one else 'them'} too (an .npz of every stage, as `npbert embed --stages` "
+        "writes) to find it"
+    )

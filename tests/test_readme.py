@@ -72,5 +72,7 @@ def test_worked_example_passes_compare(tmp_path, minilm_dir, monkeypatch, capsys
     check = re.search(r"```python\n(# the check in a test suite.+?)```", README, flags=re.S)[1]
     exec(compile(check, "README.md", "exec"), {"MODEL_DIR": minilm_dir})  # asserts it passes
     np.save("mine.npy", np.load("mine.npy") * np.float32(1.001))  # now wrong
-    with pytest.raises(AssertionError, match="'embeddings' disagrees, and it is the only stage"):
+    with pytest.raises(
+        AssertionError, match="'embeddings' is the first stage given that disagrees"
+    ):
         exec(compile(check, "README.md", "exec"), {"MODEL_DIR": minilm_dir})

@@ -228,12 +228,52 @@ def test_a_wrong_output_given_alone_names_no_step(tmp_path, capsys, minilm, mini
     np.save(tmp_path / "bug.npy", stages["embeddings"])
     code = main(["compare", str(tmp_path / "bug.npy"), "--model", str(minilm_dir), "I am Sinan"])
     out = capsys.readouterr().out.rstrip()
-    assert code == 1 and "the first stage" not in out
+    assert code == 1 and "the first stage that disagrees" not in out
     assert out.endswith(
-        "'embeddings' disagrees, and it is the only stage given, so the step at fault cannot be "
-        "named: give every stage (.npz of word, position, token_type, sum, normalized, as "
-        "`npbert embed --stages` writes) to find it"
+        "FAIL: 'embeddings' is the first stage given that disagrees; word, token_type, position, "
+        "sum, normalized were not checked, and the fault may be there: give them too (an .npz "
+        "of every stage, as `npbert embed --stages` writes) to find it"
     )
+
+
+@pytest.mark.parametrize(
+    "given, verdict",
+    [
+        # the lookups not given: the bug (in the positions) may be in any of them
+        (("normalized", "embeddings"), "'normalized' is the first stage given that disagrees; "
+         "word, token_type, position, sum were not checked"),
+        (("word", "token_type", "sum", "embeddings"), "'sum' is the first stage given that "
+         "disagrees; "
+         "position was not checked"),
+        # every lookup given: the one at fault is named
+        (("word", "token_type", "position", "embeddings"),
+         "the first stage that disagrees is 'position'"),
+    ],
+)  # fmt: skip
+def test_a_stage_not_given_before_the_first_that_disagrees_is_named(
+    given, verdict, tmp_path, capsys, minilm, minilm_dir
+):
+    ids = np.array([[101, 1045, 2572, 8254, 2319, 102]])
+    stages = stages_with_bug(minilm, ids, np.zeros_like(ids), position_offset=1)
+    np.savez(tmp_path / "bug.npz", **{name: stages[name] for name in given})
+    code = main(["compare", str(tmp_path / "bug.npz"), "--model", str(minilm_dir), "I am Sinan"])
+    assert code == 1 and verdict in capsys.readouterr().out
+
+
+def test_an_output_after_one_that_agrees_is_where_the_fault_is(tmp_path, capsys):
+    """ALBERT's embeddings and projected, as `npbert embed --project --out` writes them: the
+    projection's bias left out fails 'projected', and the layer's output vouches for the
+    stages before it."""
+    albert = str(TINY.parent / "tiny-albert")
+    main(["embed", "a b", "--model", albert, "--project", "--out", str(tmp_path / "a.npz")])
+    weights = npbert.load_weights(albert)
+    arrays = dict(np.load(tmp_path / "a.npz"))
+    arrays["projected"] = arrays["projected"] - weights.projection_bias  # the bias left out
+    np.savez(tmp_path / "a.npz", **arrays)
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a.npz"), "--model", albert, "a b"]) == 1
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("FAIL: the first stage that disagrees is 'projected'"), out
 
 
 @pytest.mark.parametrize("row", ["padding", "real"])
