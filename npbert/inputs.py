@@ -190,7 +190,7 @@ def prepare_inputs(config, input_ids, token_type_ids, position_ids, attention_ma
         ids,
         _token_types(config, ids, token_type_ids),
         _positions(config, ids, position_ids),
-        _mask(attention_mask, ids),
+        check_mask(attention_mask, ids),
         position_ids is None and config.positions == "absolute",
     )
 
@@ -246,8 +246,9 @@ def _padded(config, input_ids: np.ndarray) -> np.ndarray:
     return positions
 
 
-def _mask(attention_mask, input_ids) -> np.ndarray | None:
-    """attention_mask: the same shape as input_ids, 1 for real tokens and 0 for padding."""
+def check_mask(attention_mask, input_ids: np.ndarray) -> np.ndarray | None:
+    """attention_mask (or None) as an intp array the shape of input_ids, 1 for real tokens and
+    0 for padding; else InputError."""
     if attention_mask is None:
         return None
     refuse_masked("attention_mask", attention_mask)

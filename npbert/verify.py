@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert.errors import InputError, first_line
-from npbert.inputs import indexed
+from npbert.inputs import check_mask, indexed
 from npbert.npyfile import given_file, load_npy, load_npz
 
 # Every stage name a family may have (npbert.embedding), for reading a candidate's arrays.
@@ -103,7 +103,24 @@ def _load_other(path: Path, suffix: str) -> dict:
         raise
     except (SafetensorError, ValueError, OSError, RecursionError) as error:
         raise InputError(f"candidate {path}: cannot read it ({first_line(error)})") from None
-    return data
+    if not isinstance(data, dict):
+        return json_numbers(data)
+    return {key: value if key in INPUTS else json_numbers(value) for key, value in data.items()}
+
+
+# What JSON writers put for the numbers JSON cannot hold: JavaScript's JSON.stringify writes
+# null for NaN and Infinity; npbert's --json, and others, write these strings.
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def json_numbers(value):
+    """A JSON array with null and NON_FINITE's strings as the floats they stand for, so that
+    a candidate's NaN is reported where it is, as a .npy's is, not refused as no number."""
+    if isinstance(value, list):
+        return [json_numbers(item) for item in value]
+    if value is None:
+        return math.nan
+    return NON_FINITE.get(value, value) if isinstance(value, str) else value
 
 
 def _load_safetensors(path: Path) -> dict:
@@ -145,10 +162,11 @@ def _numeric(where: str, key: str, value) -> np.ndarray:
         raise InputError(f"{where}: {what} is complex; embeddings are real numbers")
     try:
         array = np.asarray(value)  # as it is: float64 would parse strings and dates as numbers
-        if array.dtype.kind not in "iuf":
-            raise TypeError(array.dtype)
-    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
-        raise InputError(f"{where}: {what} is not a numeric array") from None
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as error:
+        # ragged lists ("inhomogeneous shape after 2 dimensions"), a torch bfloat16 tensor
+        raise InputError(f"{where}: {what} is not a numeric array ({first_line(error)})") from None
+    if array.dtype.kind not in "iuf":
+        raise InputError(f"{where}: {what} is not a numeric array (it holds {array.dtype})")
     if array.ndim == 0:
         raise InputError(f"{where}: {what} is a scalar, not an array")
     return array
@@ -327,6 +345,8 @@ def compare(
     tolerance only in padding rows says so in its notes (the verdict is still FAIL)."""
     check_references(reference64, reference32)
     check_finite(reference64, "npbert's float64 reference")
+    ids = np.empty(reference64["word"].shape[:-1], np.intp)  # (B, L): the inputs' shape
+    attention_mask = check_mask(attention_mask, ids)
     atol = None if atol is None else check_tolerance("atol", atol)
     rtol = check_tolerance("rtol", rtol)
     given = candidate
@@ -493,11 +513,16 @@ def checked_candidate(candidate, reference64: dict) -> dict:
             f"the candidate has no 'embeddings' or 'projected' (it has {sorted(candidate)})"
         )
     unknown = sorted(set(candidate) - set(reference64))
-    if unknown:
-        hint = "; references with 'projected' come from embed_stages(..., project=True)"
+    if unknown == ["projected"]:  # ALBERT's, say: the references were made without it
         raise InputError(
-            f"the candidate has {', '.join(unknown)}, which this family does not compute "
-            f"(its stages: {', '.join(reference64)}){hint if 'projected' in unknown else ''}"
+            "the candidate has 'projected', which the references lack: the family has no "
+            "projection after its layer, or the references were made without "
+            "embed_stages(..., project=True)"
+        )
+    if unknown:
+        raise InputError(
+            f"the candidate has {', '.join(unknown)}, which the references do not have "
+            f"(this family's stages: {', '.join(reference64)})"
         )
     arrays = {key: _numeric("the candidate", key, value) for key, value in candidate.items()}
     batch = batch_size(reference64)

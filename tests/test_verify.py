@@ -1235,3 +1235,50 @@ def test_token_ids_given_as_the_candidate_are_named_as_whole_numbers(tmp_path, c
         out = capsys.readouterr()[0]
         assert code == 1, name
         assert ("every value is a whole number, as token ids are" in out) == noted, (name, out)
+
+
+@pytest.mark.parametrize("stand_in", ["null", '"NaN"', '"Infinity"'])
+def test_a_json_candidates_stand_in_for_nan_is_reported_where_it_is(stand_in, tmp_path, capsys):
+    """JavaScript's JSON.stringify writes NaN and Infinity as null; others write strings. Such
+    a value is the port's bug to find, as a NaN in a .npy is, not a file npbert cannot read."""
+    argv = ["--model", str(TINY), "a b"]
+    main(["embed", "a b", "--model", str(TINY), "--out", str(tmp_path / "e.npy")])
+    rows = np.load(tmp_path / "e.npy").tolist()  # (1, L, E)
+    text = json.dumps({"embeddings": rows})
+    first = json.dumps(rows[0][1][0])  # the value at (0, 1, 0), as json.dumps wrote it
+    (tmp_path / "c.json").write_text(text.replace(first, stand_in, 1))
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "c.json"), *argv]) == 1
+    assert "1 of the candidate's values is NaN or infinite, the first at (0, 1, 0)" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_ragged_json_candidate_says_where_its_shape_breaks(tmp_path, capsys):
+    (tmp_path / "c.json").write_text('{"embeddings": [[[0.1, 0.2], [0.1]]]}')
+    assert main(["compare", str(tmp_path / "c.json"), "--model", str(TINY), "a"]) == 2
+    assert "inhomogeneous shape after 2 dimensions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda mask: mask[:, :2], "attention_mask has shape (2, 2), but input_ids has (2, 4)"),
+        (lambda mask: mask * 2, "attention_mask[0, 0] = 2 is not 0 or 1"),
+        (lambda mask: mask.T, "attention_mask has shape (4, 2)"),
+    ],
+)
+def test_compare_from_python_checks_the_attention_mask(change, message):
+    """A mask of another shape silently dropped the padding note; one of 2s kept it."""
+    from npbert.verify import compare as compare_stages
+
+    weights = npbert.load_weights(TINY)
+    ids = np.array([[2, 7, 5, 3], [2, 6, 3, 0]])
+    mask = (ids != 0).astype(np.int64)
+    references = [
+        npbert.embed_stages(weights, ids, dtype=d, project=True) for d in (np.float64, np.float32)
+    ]
+    candidate = {"embeddings": references[1]["embeddings"]}
+    assert compare_stages(candidate, *references, attention_mask=mask)["ok"]
+    with pytest.raises(npbert.InputError, match=re.escape(message)):
+        compare_stages(candidate, *references, attention_mask=change(mask))
