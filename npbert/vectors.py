@@ -16,7 +16,7 @@ from npbert.errors import InputError
 from npbert.inputs import check_path
 from npbert.model import Embedder, checkpoint_tokenizer, embed_stages, resolve_weights
 from npbert.tokenize import tokenizer_file, tokenizer_files
-from npbert.verify import STEPS, check_finite, default_atol
+from npbert.verify import DEFAULT_ATOL, FLOAT64_ATOL, STEPS, check_finite, default_atol
 
 SEEDS = [
     "The quick brown fox jumps over the lazy dog",
@@ -31,7 +31,7 @@ PASSAGE = "The authors chose learned absolute position embeddings over fixed sin
 RANDOM_IDS = 0  # the seed of the ids drawn for a checkpoint without a tokenizer
 # The least atol for an implementation in each precision: more where a stage's values are
 # large (default_atol: STEPS steps of the precision at the largest), given file by file.
-BASE_ATOL = {"float32": 1e-5, "float64": 1e-12}
+BASE_ATOL = {"float32": DEFAULT_ATOL, "float64": FLOAT64_ATOL}
 STAGE_MEANING = {
     "word": "word_embeddings[input_ids], (B, L, E)",
     "token_type": "token_type_embeddings[token_type_ids], (B, L, E)",

@@ -47,6 +47,7 @@ INPUTS = ("input_ids", "token_type_ids", "position_ids", "attention_mask")
 METADATA = "metadata"
 
 DEFAULT_ATOL = 1e-5  # what Hugging Face's and ONNX export checks use
+FLOAT64_ATOL = 1e-12  # the least atol for an implementation computing in float64
 DEFAULT_RTOL = 0.0
 # Where a stage's values are large, DEFAULT_ATOL is less than float32 can resolve (one step is
 # 1.5e-5 from 128 up): no float32 result could pass. The default then allows this many float32
@@ -387,7 +388,25 @@ def compare(
     report.update(summaries)
     for name, notes in stage_notes(candidate, reference64, stages, OUTPUT in given, batch).items():
         report["stages"][name]["notes"] = notes
+    if atol is None:  # a float64 implementation held to float32's tolerance would not know
+        for name in float64_stages(given, candidate) & {s.name for s in stages if s.shape_ok}:
+            report["stages"][name].setdefault("notes", []).append(FLOAT64_HELD)
     return report
+
+
+FLOAT64_HELD = (
+    "float64 values, held to float32's tolerance: one computing in float64 comes far closer "
+    f"(--atol {FLOAT64_ATOL:g} holds it to that)"
+)
+
+
+def float64_stages(given: dict, candidate: dict) -> set[str]:
+    """The stages the candidate gave as float64 arrays (its unnamed output under the output
+    name it was checked as)."""
+    wide = {k for k, v in given.items() if isinstance(v, np.ndarray) and v.dtype == np.float64}
+    if OUTPUT in wide:
+        wide |= set(OUTPUTS) & (set(candidate) - set(given))
+    return wide - {OUTPUT}
 
 
 # The stages looked up from a table: each stands for itself alone. Every later stage is
@@ -590,6 +609,10 @@ WHOLE_NUMBERS = (
     "every value is a whole number, as token ids are, where this stage holds the layer's "
     "real-valued rows: ids given as the candidate? (ids to embed go in --ids-file)"
 )
+SWAPPED = (
+    "this is the expected shape with its first two axes swapped: (L, B, ...) where the "
+    "reference is (B, L, ...), batch first"
+)
 PER_SEQUENCE = (
     "the reference's position rows differ between sequences (positions derived from each "
     "sequence's padding): give them per sequence"
@@ -608,6 +631,8 @@ def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool, ba
             values = candidate[stage.name]
             expected, _ = _align(stage.name, values, reference64[stage.name], batch)
             said += [not_finite(values), narrow_format(values, expected)]
+            said += [scaled(stage.name, values, expected)]
+            said += [other_stage(stage, values, reference64, batch)]
         if any(said):
             notes[stage.name] = [note for note in said if note]
     return notes
@@ -620,6 +645,42 @@ def whole_numbers(values: np.ndarray) -> str | None:
         return None
     if values.dtype.kind in "iu" or np.array_equal(values, np.round(values)):
         return WHOLE_NUMBERS
+    return None
+
+
+def scaled(name: str, values: np.ndarray, expected: np.ndarray) -> str | None:
+    """A note where a failing stage is the reference times one factor (to 6 digits): a scale
+    applied or left out. For 'word', sqrt(E) is BigBird's rescale, which npbert's 'word'
+    leaves out (the rows as stored) and its 'sum' holds."""
+    nonzero = expected != 0
+    if not nonzero.any() or not np.isfinite(values).all():
+        return None
+    ratios = values[nonzero] / expected[nonzero]
+    factor = float(np.median(ratios))
+    if factor in (0, 1) or np.abs(ratios - factor).max() > 1e-6 * abs(factor):
+        return None
+    if not (values[~nonzero] == 0).all():
+        return None
+    note = f"every value is {factor:.7g} times the reference's"
+    if name == "word" and math.isclose(factor, math.sqrt(expected.shape[-1]), rel_tol=1e-6):
+        note += (
+            f", sqrt({expected.shape[-1]}): BigBird's rescale, which npbert's 'word' leaves out "
+            "(the rows as stored) and its 'sum' holds"
+        )
+    return note
+
+
+def other_stage(stage: StageResult, values: np.ndarray, reference64: dict, batch) -> str | None:
+    """A note where a failing stage is within its tolerance of another stage of the
+    reference: the step between the two left out ('normalized' given as the output: gamma and
+    beta not applied), or a stage saved under another's name."""
+    for name, reference in reference64.items():
+        expected, _ = _align(name, values, reference, batch)
+        if name == stage.name or expected is None:
+            continue
+        error, _ = _errors(values, expected)
+        if _within(error, expected, stage.atol, 0.0):
+            return f"it is the reference's '{name}' stage, within tolerance"
     return None
 
 
@@ -654,11 +715,18 @@ def _shape_notes(stage: StageResult, candidate: dict, reference64: dict, bare: b
         shape, expected = stage.shapes  # (L, E) against (B, L, E)
         if len(shape) == 2 and len(expected) == 3 and shape == expected[1:]:
             yield PER_SEQUENCE
+    if not stage.shape_ok and _swapped(*stage.shapes):
+        yield SWAPPED
     if not stage.shape_ok:
         shape, expected = stage.shapes  # (B, L, E) or (B, L) against the same, L longer
         others_agree = shape[:-2] + shape[-1:] == expected[:-2] + expected[-1:]
         if len(shape) == len(expected) >= 2 and shape[-2] > expected[-2] and others_agree:
             yield PADDED_FURTHER.format(shape[-2], expected[-2])
+
+
+def _swapped(shape: tuple, expected: tuple) -> bool:
+    """Whether shape is expected, (B, L, E), with B and L swapped, (L, B, E)."""
+    return len(shape) == len(expected) == 3 and shape == (expected[1], expected[0], expected[2])
 
 
 def _fits_other(name: str, other: str, candidate: dict, reference64: dict) -> bool:

@@ -568,7 +568,7 @@ def test_the_report_says_when_a_batch_axis_of_1_was_added_or_dropped(
     assert code == 0 and report["stages"]["embeddings"]["batch_axis"] == "dropped"
     code, out, _ = compare_text(capsys, tmp_path / "batched.npy", "--json")
     assert code == 0 and json.loads(out)["stages"]["embeddings"]["batch_axis"] is None
-    assert "note:" not in compare_text(capsys, tmp_path / "batched.npy")[1]
+    assert "batch axis" not in compare_text(capsys, tmp_path / "batched.npy")[1]
 
 
 def crafted_header(claimed: int = 10**11, descr: str = "<f8") -> bytes:
@@ -1282,3 +1282,54 @@ def test_compare_from_python_checks_the_attention_mask(change, message):
     assert compare_stages(candidate, *references, attention_mask=mask)["ok"]
     with pytest.raises(npbert.InputError, match=re.escape(message)):
         compare_stages(candidate, *references, attention_mask=change(mask))
+
+
+def test_bigbirds_word_rows_given_rescaled_are_named_as_the_rescale(tmp_path, capsys):
+    """A port that exposes BigBird's word rows as its module computes them, times sqrt(H):
+    npbert's 'word' holds them as stored, and its 'sum' scaled."""
+    big_bird = str(TINY.parent / "tiny-big-bird")
+    main(["embed", "a b", "--model", big_bird, "--stages", "--out", str(tmp_path / "s.npz")])
+    arrays = dict(np.load(tmp_path / "s.npz"))
+    width = arrays["word"].shape[-1]
+    arrays["word"] = arrays["word"] * np.float32(np.sqrt(width))
+    np.savez(tmp_path / "s.npz", **arrays)
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "s.npz"), "--model", big_bird, "a b"]) == 1
+    out = capsys.readouterr().out
+    assert f"times the reference's, sqrt({width}): BigBird's rescale" in out
+    assert "sum            ok" in out
+
+
+@pytest.mark.parametrize("kind", ["normalized", "swapped", "right"])
+def test_an_output_that_is_another_stage_or_has_swapped_axes_says_so(kind, tmp_path, capsys):
+    texts = ["a b c", "b"]  # a batch of 2, 5 tokens each: B != L
+    main(["embed", *texts, "--model", str(TINY), "--stages", "--out", str(tmp_path / "s.npz")])
+    stages = np.load(tmp_path / "s.npz")
+    output = {
+        "normalized": stages["normalized"],  # gamma and beta never applied
+        "swapped": stages["embeddings"].transpose(1, 0, 2),  # (L, B, E)
+        "right": stages["embeddings"],
+    }[kind]
+    np.save(tmp_path / "c.npy", output)
+    capsys.readouterr()
+    code = main(["compare", str(tmp_path / "c.npy"), "--model", str(TINY), *texts])
+    out = capsys.readouterr().out
+    assert code == (0 if kind == "right" else 1)
+    assert ("it is the reference's 'normalized' stage, within tolerance" in out) == (
+        kind == "normalized"
+    )
+    assert ("its first two axes swapped" in out) == (kind == "swapped")
+
+
+def test_a_float64_candidate_held_to_float32s_tolerance_is_told_so(tmp_path, capsys):
+    """A 'float64' port that computes in float32 passes at float32's tolerance: the note says
+    what holds it to float64's."""
+    main(["embed", "a b", "--model", str(TINY), "--out", str(tmp_path / "e.npy")])
+    output = np.load(tmp_path / "e.npy")
+    for dtype, noted in ((np.float64, True), (np.float32, False)):
+        np.save(tmp_path / "c.npy", output.astype(dtype))
+        capsys.readouterr()
+        assert main(["compare", str(tmp_path / "c.npy"), "--model", str(TINY), "a b"]) == 0
+        assert ("float64 values, held to float32's tolerance" in capsys.readouterr().out) == noted
+        argv = ["compare", str(tmp_path / "c.npy"), "--model", str(TINY), "a b", "--atol", "1e-12"]
+        assert main(argv) == 1 and "held to float32" not in capsys.readouterr().out
