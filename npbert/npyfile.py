@@ -48,6 +48,11 @@ def check_header(stream: BinaryIO, size: int, where: str) -> None:
         shape, _, dtype = HEADER_READERS[version](stream)
     except (ValueError, EOFError) as error:
         raise InputError(f"{where}: not a readable .npy array ({error})") from None
+    if dtype.hasobject:  # its data is a pickle, not its elements: the size says nothing
+        raise InputError(
+            f"{where}: an array of Python objects, stored as a pickle, which npbert never "
+            "loads; save numbers (array.astype(np.int64) for ids, float32 for embeddings)"
+        )
     if dtype.itemsize == 0:  # 0 bytes fit in any file, but NumPy still allocates per element
         raise InputError(f"{where}: its dtype {dtype} has no bytes per element: not an array")
     needed = math.prod(shape) * dtype.itemsize

@@ -313,7 +313,10 @@ def test_an_out_that_cannot_be_created_is_named_not_its_temporary(capsys, argv):
         (np.array([[2, -1]]), r"input_ids[0, 1] = -1 is out of range"),
         (np.array([2.5]), "input_ids[0] = 2.5 is not an integer id"),
         (np.array(["a"]), "must be an integer array"),
-        (np.array([[2, 3], [4, 5]], dtype=object), "not a readable .npy array"),
+        (
+            np.array([[2, 3], [4, 5]], dtype=object),
+            "an array of Python objects, stored as a pickle",
+        ),
     ],
 )
 def test_bad_ids_file_exits_2(tmp_path, capsys, ids, message):
