@@ -17,7 +17,9 @@ Nothing else in npbert imports it, so npbert's core never imports Ray.
 
 import math
 import os
+import signal
 import socket
+import threading
 import warnings
 from pathlib import Path
 
@@ -334,6 +336,10 @@ def connect(ray, address: str | None) -> bool:
     if ray.is_initialized():
         return False
     joining = cluster_address(address)
+    # ray.init sets its own SIGTERM handler (it exits with status 15, and its C++ core prints a
+    # stack dump): the one this process had is put back, so that a SIGTERM stops the run as
+    # it stops the local one (the CLI's: "npbert: terminated", 143, the pending files gone).
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(
             # "local" starts one here even where `ray start` left a cluster to join
@@ -347,6 +353,9 @@ def connect(ray, address: str | None) -> bool:
         reason = " ".join(str(error).split())  # Ray's may run over lines
         where = f"join the cluster at {joining}" if joining else "start a cluster here"
         raise InputError(f"Ray cannot {where}: {reason}") from None
+    finally:
+        if threading.current_thread() is threading.main_thread() and sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
     # CRITICAL: Ray Data logs an actor's death at ERROR, with a traceback; the run says it in
     # one line (WorkerLost).
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)

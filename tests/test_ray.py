@@ -190,6 +190,27 @@ def test_a_killed_run_resumes_to_the_same_output(cluster, corpus, tmp_path):
     assert not [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
 
 
+def test_sigterm_stops_a_ray_run_as_it_stops_the_local_one(cluster, corpus, tmp_path):
+    """ray.init sets its own SIGTERM handler (exit status 15, and a C++ stack dump): the CLI's
+    is put back, so a scheduler's SIGTERM ends the run in one line, 143, and it resumes."""
+    directory, _ = corpus
+    args = ["--input", directory / "c.jsonl", "--out", tmp_path / "r", "--model", _minilm(),
+            "--shard-bytes", "8000"]  # fmt: skip
+    command = [sys.executable, "-m", "npbert.cli", "embed", *map(str, args), "--engine", "ray",
+               "--address", cluster, "--workers", "2", "--quiet"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None and committed(tmp_path / "r") < 1:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143 and err == b"npbert: terminated\n", (process.returncode, err)
+    assert not [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
+    resumed = ray_cli(cluster, *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_corpus(tmp_path / "r", directory / "local")
+
+
 def descendants(pid: int) -> list[int]:
     """Every process under `pid` (Linux /proc): the cluster this test process started."""
     children = {}
