@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -230,6 +231,7 @@ class RayEngine:
                 yield from self.window(ray, directory, items)
         finally:
             if started:
+                join_iterator_threads()
                 ray.shutdown()
 
     def window(self, ray, directory: Path, items: list[dict]):
@@ -237,8 +239,8 @@ class RayEngine:
         from npbert.stream import out_of_memory, write_pending
 
         done = 0  # shards come back in input order: items[done] is the next
+        batches = iter(self.dataset(ray, items).iter_batches(batch_size=1, batch_format="numpy"))
         try:
-            batches = self.dataset(ray, items).iter_batches(batch_size=1, batch_format="numpy")
             for batch in batches:
                 if batch["error"][0] == OUT_OF_MEMORY:
                     raise out_of_memory(items[done]["name"], items[done]["chunk"])
@@ -256,6 +258,12 @@ class RayEngine:
                 f"of memory?) and the run stopped{where}: the shards before it are kept; run "
                 "again with --resume"
             ) from None
+        finally:
+            # Ray Data's executor stopped now, before ray.shutdown: left to the garbage
+            # collector (the traceback of a Ctrl-C holds it), its threads went on using
+            # Ray after the shutdown, and Ray ended the process ("The core worker has already
+            # been shutdown", exit 1, in 1 of 12 interrupted runs).
+            batches.close()
 
     def dataset(self, ray, items: list[dict]):
         context = ray.data.DataContext.get_current()
@@ -326,6 +334,22 @@ def actor_cpus(cpus: float, workers: int) -> float:
     that hold all of a node's CPUs starve Ray Data's own tasks, and the run hangs (two
     actors of one CPU each on a two-CPU node did); half a CPU is left free."""
     return min(1.0, int((cpus - 0.5) / workers * 100) / 100) if cpus > 0.5 else 0.01
+
+
+# Ray Data's batch iterator tells its threads to stop when it is closed, and does not wait
+# for them (ray.data's iter_threaded). One still waiting on Ray as ray.shutdown runs ends the
+# process, "The core worker has already been shutdown", exit 1, before the run could say it
+# stopped: 1 of 33 Ctrl-Cs did so. They are waited for first, up to ITERATOR_WAIT seconds.
+ITERATOR_THREAD = "iter_threaded"
+ITERATOR_WAIT = 10.0
+
+
+def join_iterator_threads() -> None:
+    """Wait for Ray Data's iterator threads to end, before ray.shutdown."""
+    deadline = time.monotonic() + ITERATOR_WAIT
+    for thread in threading.enumerate():
+        if thread.name == ITERATOR_THREAD and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def connect(ray, address: str | None) -> bool:

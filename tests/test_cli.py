@@ -960,3 +960,30 @@ def test_explain_elides_rows_only_where_it_hides_two_or_more(capsys):
     for words, elided in ((11, False), (12, True)):  # + [CLS] and [SEP]: 13 and 14 tokens
         assert main(["explain", " ".join(["a"] * words), "--model", str(TINY)]) == 0
         assert ("\n   ...\n" in capsys.readouterr().out) == elided, words  # a line of its own
+
+
+@pytest.mark.parametrize(
+    "code, ray_loaded, exits",
+    [(130, True, True), (143, True, True), (0, True, False), (130, False, False)],
+)
+def test_a_ray_run_stopped_by_a_signal_ends_without_the_interpreters_teardown(
+    monkeypatch, code, ray_loaded, exits
+):
+    """Ray's core worker outlives ray.shutdown after an interrupted run, and crashed the
+    process as it ended (exit 139 after 'npbert: interrupted'): the entry point runs the exit
+    handlers and ends the process at once, with the command's code."""
+    import types
+
+    import npbert.__main__ as entry
+    import npbert.cli
+
+    ended, ran = [], []
+    monkeypatch.setattr(npbert.cli, "main", lambda: code)
+    monkeypatch.setattr(entry.os, "_exit", ended.append)
+    monkeypatch.setattr(entry.atexit, "_run_exitfuncs", lambda: ran.append(True))
+    if ray_loaded:
+        monkeypatch.setitem(sys.modules, "ray._raylet", types.ModuleType("ray._raylet"))
+    else:
+        monkeypatch.delitem(sys.modules, "ray._raylet", raising=False)
+    assert entry.main() == code
+    assert ended == ([code] if exits else []) and ran == ([True] if exits else [])
