@@ -185,7 +185,7 @@ def _distance(final: np.ndarray, embedded: np.ndarray) -> tuple[float, np.ndarra
     """(max |final - embedded|, where final is NaN or Inf, the bound it is held to) for the
     step-by-step output and embed()'s, (L, E) each; inf where they are not finite alike."""
     bad = ~np.isfinite(final)  # NaN or Inf from the weights: compared as equal where both are
-    diff = float(np.abs(final - embedded)[~bad].max(initial=0))
+    diff = float(np.abs(final[~bad] - embedded[~bad]).max(initial=0))  # inf - inf: not here
     diff = diff if np.array_equal(bad, ~np.isfinite(embedded)) else np.inf
     # embed() is the fast path, which rounds in another order (within 2e-6): held to compare's
     # default tolerance against the step-by-step output

@@ -6,6 +6,8 @@ import math
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -1333,3 +1335,18 @@ def test_a_float64_candidate_held_to_float32s_tolerance_is_told_so(tmp_path, cap
         assert ("float64 values, held to float32's tolerance" in capsys.readouterr().out) == noted
         argv = ["compare", str(tmp_path / "c.npy"), "--model", str(TINY), "a b", "--atol", "1e-12"]
         assert main(argv) == 1 and "held to float32" not in capsys.readouterr().out
+
+
+def test_explain_of_an_infinite_gamma_says_it_without_a_python_warning(tmp_path):
+    """Inf in gamma makes Inf outputs in both paths: explain's own check subtracted them (inf -
+    inf), and NumPy's RuntimeWarning reached the terminal with its file and line."""
+    shutil.copytree(TINY, tmp_path / "inf")
+    tensors = load_file(str(TINY / "model.safetensors"))
+    gamma = next(name for name in tensors if name.endswith(("LayerNorm.weight", "LayerNorm.gamma")))
+    tensors[gamma][0] = np.inf
+    save_file(tensors, str(tmp_path / "inf" / "model.safetensors"))
+    command = [sys.executable, "-m", "npbert", "explain", "the", "--model", str(tmp_path / "inf")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)  # as a user
+    assert result.returncode == 0  # sees it: pytest would catch the warning itself
+    assert "Note: 3 output values are NaN or infinite" in result.stdout  # dimension 0, 3 tokens
+    assert "RuntimeWarning" not in result.stderr, result.stderr
