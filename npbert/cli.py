@@ -1124,10 +1124,10 @@ def add_positions_parser(commands) -> None:
     positions.add_argument(
         "--pretraining-length",
         type=int,
-        default=DEFAULT_PRETRAINING_LENGTH,
         metavar="N",
-        help="the length most pre-training used; rows past it are summarised apart "
-        "(default %(default)s, BERT's for 90%% of its steps)",
+        help="the length most pre-training used, at most the table's rows; rows past it are "
+        f"summarised apart (default {DEFAULT_PRETRAINING_LENGTH}, BERT's for 90%% of its "
+        "steps, or every row of a shorter table)",
     )
     positions.set_defaults(run=run_positions)
 
@@ -1150,14 +1150,17 @@ def run_positions(args) -> int:
     # RoBERTa's rows up to padding_idx are never a real token's position: the table starts after.
     first = 0 if config.padding_idx is None else config.padding_idx + 1
     table = weights.position_embeddings[first:]
-    figures = analyse(table, pretraining_length=args.pretraining_length)
+    try:
+        figures = analyse(table, pretraining_length=args.pretraining_length)
+    except InputError as error:
+        raise InputError(f"--pretraining-length: {error}") from None
     figures = {"model": model, "model_type": config.model_type, "first_row": first, **figures}
+    if args.plot is not None:  # drawn first: a file it cannot write leaves no report behind
+        title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model
+        plot_positions(table, figures, args.plot, title=title)
     say(to_json(figures) if args.json else f"model: {model}\n{format_report(figures)}")
-    if args.plot is None:
-        return 0
-    title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model
-    plot_positions(table, figures, args.plot, title=title)
-    print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
+    if args.plot is not None:
+        print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

@@ -232,23 +232,28 @@ def check_table(table) -> np.ndarray:
 
 
 def analyse(
-    table, *, pretraining_length: int = DEFAULT_PRETRAINING_LENGTH, seed: int = RANDOM_SEED
+    table, *, pretraining_length: int | None = None, seed: int = RANDOM_SEED
 ) -> dict:
     """Every figure, JSON-able: the table (P, H) against the sinusoidal table of the same shape
     and a random table (seed) of the same shape and scale, each under tables.model,
     tables.sinusoidal, tables.random with the keys of table_figures; then the verdict
     ("sinusoidal", "mixed sinusoids", "not sinusoidal" or "too few positions") and a reading.
 
-    pretraining_length: the sequence length most pre-training used; rows past it are
-    summarised apart.
+    pretraining_length: the sequence length most pre-training used, at most the table's rows;
+    rows past it are summarised apart. None: DEFAULT_PRETRAINING_LENGTH, or every row of a
+    shorter table.
     """
     table = check_table(table)
     num_positions, hidden_size = table.shape
-    if pretraining_length < 1:
+    if pretraining_length is None:
+        pretraining_length = min(DEFAULT_PRETRAINING_LENGTH, num_positions)
+    if not 1 <= pretraining_length <= num_positions:
         from npbert.errors import InputError
 
-        raise InputError(f"the pre-training length must be at least 1, not {pretraining_length}")
-    pretraining_length = min(pretraining_length, num_positions)
+        raise InputError(
+            f"the pre-training length must be from 1 to the table's {num_positions} rows, not "
+            f"{pretraining_length}"
+        )
     basis = sinusoid_basis(num_positions, hidden_size)
     candidates = {
         "model": table,

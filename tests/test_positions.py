@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import DATA
+from conftest import DATA, TINY
 
 import npbert
 from npbert.cli import main
@@ -290,3 +290,23 @@ def test_robertas_padding_rows_are_left_out(capsys):
     code, out, _ = run(capsys, "positions", "--model", data / "tiny-roberta", "--json")
     figures = json.loads(out)
     assert code == 0 and figures["first_row"] == 2 and figures["shape"] == [64, 32]
+
+
+def test_a_pretraining_length_past_the_table_is_refused_and_the_default_fits_it(capsys):
+    """It was capped without a word, and --json reported the capped length as given."""
+    code, _, err = run(capsys, "positions", "--model", TINY, "--pretraining-length", "100000")
+    assert code == 2
+    assert "--pretraining-length: the pre-training length must be from 1 to the table's" in err
+    table = np.random.default_rng(5).normal(size=(40, 8))  # shorter than the default, 128
+    assert analyse(table)["pretraining_length"] == 40
+    assert analyse(table, pretraining_length=40)["pretraining_length"] == 40
+    with pytest.raises(npbert.InputError, match="from 1 to the table's 40 rows, not 41"):
+        analyse(table, pretraining_length=41)
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="Linux's /proc")
+def test_a_plot_that_cannot_be_written_leaves_no_report(capsys):
+    """The report used to be printed (27 KB of JSON for a script to read), then exit 2."""
+    plot = "/proc/npbert-positions.png"  # a directory no one may create a file in, root too
+    code, out, err = run(capsys, "positions", "--model", TINY, "--json", "--plot", plot)
+    assert code == 2 and out == "" and f"--plot {plot}" in err, err
