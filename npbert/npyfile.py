@@ -39,8 +39,8 @@ ARCHIVE_ERRORS = (
 
 
 def check_header(stream: BinaryIO, size: int, where: str) -> None:
-    """The array a .npy stream's header describes must fit in the stream's `size` bytes.
-    Leaves the stream past the header."""
+    """The array a .npy stream's header describes must be the stream's `size` bytes past
+    it, no fewer and no more (as np.save writes it). Leaves the stream past the header."""
     try:
         version = np.lib.format.read_magic(stream)
         if version not in HEADER_READERS:
@@ -57,10 +57,10 @@ def check_header(stream: BinaryIO, size: int, where: str) -> None:
         raise InputError(f"{where}: its dtype {dtype} has no bytes per element: not an array")
     needed = math.prod(shape) * dtype.itemsize
     available = size - stream.tell()
-    if needed > available:
+    if needed != available:  # more than it says: a header of the wrong shape, the rest dropped
         raise InputError(
             f"{where}: its header describes a {shape} {dtype} array of {needed:,} bytes, but "
-            f"only {available:,} bytes follow the header"
+            f"{'only ' if needed > available else ''}{available:,} bytes follow the header"
         )
 
 

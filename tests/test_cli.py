@@ -987,3 +987,12 @@ def test_a_ray_run_stopped_by_a_signal_ends_without_the_interpreters_teardown(
         monkeypatch.delitem(sys.modules, "ray._raylet", raising=False)
     assert entry.main() == code
     assert ended == ([code] if exits else []) and ran == ([True] if exits else [])
+
+
+def test_an_ids_file_with_more_data_than_its_header_says_is_refused(tmp_path, capsys):
+    """A header of the wrong shape: the ids past it were dropped without a word."""
+    np.save(tmp_path / "ids.npy", np.array([[2, 7, 3], [2, 8, 3]]))
+    path = tmp_path / "ids.npy"
+    path.write_bytes(path.read_bytes() + np.array([5], np.int64).tobytes())  # 8 bytes more
+    code, _, err = run(capsys, "embed", "--ids-file", path, "--model", TINY)
+    assert code == 2 and "array of 48 bytes, but 56 bytes follow the header" in err, err
