@@ -276,6 +276,9 @@ def weight_files(directory: Path) -> tuple[dict[str, Path], dict[Path, tuple]]:
         return dict.fromkeys(header[1], single), {single: header}
     if index.is_file():
         return {name: directory / shard for name, shard in read_index(index).items()}, {}
+    for path in (single, index):
+        if os.path.lexists(path):  # a directory, a FIFO, a link to nothing or in a loop
+            raise InputError(f"{path} is not a regular file npbert can read")
     raise no_safetensors(str(directory), [p.name for p in directory.iterdir()])
 
 

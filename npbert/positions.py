@@ -231,9 +231,7 @@ def check_table(table) -> np.ndarray:
     return array
 
 
-def analyse(
-    table, *, pretraining_length: int | None = None, seed: int = RANDOM_SEED
-) -> dict:
+def analyse(table, *, pretraining_length: int | None = None, seed: int = RANDOM_SEED) -> dict:
     """Every figure, JSON-able: the table (P, H) against the sinusoidal table of the same shape
     and a random table (seed) of the same shape and scale, each under tables.model,
     tables.sinusoidal, tables.random with the keys of table_figures; then the verdict

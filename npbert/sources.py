@@ -284,8 +284,9 @@ def _parquet_file(path: str):
     try:
         file = pq.ParquetFile(path)
     except (OSError, ValueError) as error:  # pyarrow.ArrowInvalid is a ValueError
+        reason = " ".join(str(error).split())  # pyarrow's may end in a newline: one line
         raise InputError(
-            f"--input {Path(path).name}: not a readable Parquet file ({error})"
+            f"--input {Path(path).name}: not a readable Parquet file ({reason})"
         ) from None
     schema = file.schema_arrow
     if "text" not in schema.names:

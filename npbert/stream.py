@@ -242,7 +242,7 @@ def check_counts(index: dict, path: Path) -> None:
     if not isinstance(consumed, dict) or not isinstance(consumed.get("sha256"), str):
         raise InputError(f"--resume: {path} does not say what input it holds")
     if not all(type(n) is int and n >= 0 for n in numbers):
-        raise InputError(f"--resume: {path} has a count that is not a whole number")
+        raise InputError(f"--resume: {path} has a count that is not a whole number, 0 or more")
     texts = [shard["texts"] for shard in index["shards"]]
     firsts = [shard["first"] for shard in index["shards"]]
     if (

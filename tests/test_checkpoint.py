@@ -357,3 +357,16 @@ def test_scan_values_counts_nan_and_inf_and_where_the_first_is(tmp_path):
     assert scan_values(tiny["word_embeddings"], rows=4) == f"finite, |x| <= {largest:.3g}"
     _, bf16 = locate_checkpoint(DATA / "tiny-bert-bf16")  # widened before it is scanned
     assert scan_values(bf16["word_embeddings"]).startswith("finite, |x| <= ")
+
+
+@pytest.mark.parametrize("kind", ["directory", "dangling link"])
+def test_weights_that_are_not_a_regular_file_are_named_so(tmp_path, kind):
+    """It was 'has no model.safetensors', with model.safetensors right there."""
+    shutil.copy(TINY / "config.json", tmp_path / "config.json")
+    weights = tmp_path / "model.safetensors"
+    if kind == "directory":
+        weights.mkdir()
+    else:
+        weights.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(InputError, match=re.escape(f"{weights} is not a regular file")):
+        npbert.load_weights(tmp_path)

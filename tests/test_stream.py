@@ -1367,3 +1367,17 @@ def test_a_file_of_only_a_byte_order_mark_holds_no_text_when_resumed_too(tmp_pat
     again = _run(source, out, TINY, "--resume")  # the counts agree: it goes on
     assert again.returncode == 0 and "embedded 4 texts" in again.stdout, again.stderr
     _same_as_fresh(tmp_path, source, out, TINY)
+
+
+def test_a_damaged_parquet_file_is_one_line(tmp_path, minilm_dir):
+    """pyarrow's message for a damaged file ends in a newline: the error ran over two."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["a", "b"] * 50}), tmp_path / "c.parquet")
+    data = bytearray((tmp_path / "c.parquet").read_bytes())
+    data[4:-8] = bytes(len(data) - 12)  # its magic bytes kept, all else zeros
+    (tmp_path / "c.parquet").write_bytes(bytes(data))
+    result = _run(tmp_path / "c.parquet", tmp_path / "o", minilm_dir)
+    assert result.returncode == 2 and "c.parquet: not a readable Parquet file" in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
