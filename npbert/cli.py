@@ -174,7 +174,10 @@ def say_warnings(caught: list) -> None:
     for other in (w for w in caught if w not in numpy_said):
         warnings.showwarning(other.message, other.category, other.filename, other.lineno)
     if numpy_said:
-        warn_float32("NaN, Inf or a float32 overflow in the layer")
+        warn_float32(
+            "NaN, Inf or a float32 overflow in the layer: the checkpoint's tensors hold NaN or "
+            "Inf, or values too large for float32"
+        )
 
 
 class Terminated(KeyboardInterrupt):
@@ -710,20 +713,21 @@ def run_embed(args) -> int:
     return 0
 
 
-def warn_float32(what: str) -> None:
+def warn_float32(cause: str) -> None:
     """One line on stderr, in place of NumPy's RuntimeWarnings, where float32 cannot give
     every token a number: the output is still written, as torch would compute it."""
     print(
-        f"npbert: warning: {what}: the checkpoint's tensors hold NaN or Inf, or values too "
-        "large for float32 (npbert inspect shows them), and the tokens that use them embed "
-        "as NaN, Inf or wrong values (embed(..., dtype=np.float64) computes the large ones)",
+        f"npbert: warning: {cause} (npbert inspect shows them), and the tokens that use them "
+        "embed as NaN, Inf or wrong values (embed(..., dtype=np.float64) computes the large "
+        "ones)",
         file=sys.stderr,
     )
 
 
 def warn_ahead(trouble: str) -> None:
-    """warn_float32 before a job, in place of NumPy's warnings during it."""
-    warn_float32(trouble)
+    """warn_float32 before a job, for float32_trouble's finding, in place of NumPy's warnings
+    during it."""
+    warn_float32(trouble if trouble.endswith(NOT_FINITE) else f"{trouble}, too large for float32")
     warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
 
 
