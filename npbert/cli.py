@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         dashes = extra.index("--") if "--" in extra else len(extra)
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra[:dashes]):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            # said by the command's parser, whose --help lists what it takes
+            hint = "; quote a TEXT of several words" if hasattr(args, "text") else ""
+            args.parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
         args.texts = [*args.texts, *extra[:dashes], *extra[dashes + 1 :]]
     if sys.stdout is None:  # started with it closed (>&-): what the command says would be lost
         print("npbert: error: standard output is closed", file=sys.stderr)
@@ -284,14 +286,17 @@ def tolerance(text: str) -> float:
 
 
 def command(commands, name: str, summary: str, description: str, examples: str):
-    """A subcommand with its help: a description (one paragraph) and examples (as written)."""
-    return commands.add_parser(
+    """A subcommand with its help: a description (one paragraph) and examples (as written);
+    args.parser is it, for main's errors about its arguments."""
+    subcommand = commands.add_parser(
         name,
         help=summary,
         description=textwrap.fill(description, 79),
         epilog="examples:\n" + examples,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    subcommand.set_defaults(parser=subcommand)
+    return subcommand
 
 
 def build_parser() -> argparse.ArgumentParser:

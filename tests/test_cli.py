@@ -996,3 +996,18 @@ def test_an_ids_file_with_more_data_than_its_header_says_is_refused(tmp_path, ca
     path.write_bytes(path.read_bytes() + np.array([5], np.int64).tobytes())  # 8 bytes more
     code, _, err = run(capsys, "embed", "--ids-file", path, "--model", TINY)
     assert code == 2 and "array of 48 bytes, but 56 bytes follow the header" in err, err
+
+
+def test_an_argument_a_command_does_not_take_points_to_its_own_help(capsys):
+    """`explain a b` (a text unquoted) pointed to npbert --help, which lists no arguments."""
+    with pytest.raises(SystemExit) as ended:
+        main(["explain", "a", "b", "--model", str(TINY)])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2
+    assert err == (
+        "npbert explain: error: unrecognized arguments: b; quote a TEXT of several words "
+        "(see npbert explain --help)\n"
+    )
+    with pytest.raises(SystemExit):
+        main(["inspect", str(TINY), "extra"])
+    assert "(see npbert inspect --help)" in capsys.readouterr().err
