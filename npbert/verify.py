@@ -386,7 +386,10 @@ def compare(
         "stages": {s.name: _stage_dict(s) for s in stages},
     }
     report.update(summaries)
-    for name, notes in stage_notes(candidate, reference64, stages, OUTPUT in given, batch).items():
+    bare = OUTPUT in given
+    for name, notes in stage_notes(
+        candidate, reference64, stages, bare, batch, attention_mask
+    ).items():
         report["stages"][name]["notes"] = notes
     if atol is None:  # a float64 implementation held to float32's tolerance would not know
         for name in float64_stages(given, candidate) & {s.name for s in stages if s.shape_ok}:
@@ -609,6 +612,11 @@ WHOLE_NUMBERS = (
     "every value is a whole number, as token ids are, where this stage holds the layer's "
     "real-valued rows: ids given as the candidate? (ids to embed go in --ids-file)"
 )
+ZEROED_PADDING = (
+    "the candidate's padding rows are zeros, as DeBERTa's layer makes them, and the "
+    "reference's are not: were the references made without the mask? (embed_stages(..., "
+    "attention_mask=mask))"
+)
 SWAPPED = (
     "this is the expected shape with its first two axes swapped: (L, B, ...) where the "
     "reference is (B, L, ...), batch first"
@@ -619,9 +627,12 @@ PER_SEQUENCE = (
 )
 
 
-def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool, batch) -> dict:
+def stage_notes(
+    candidate: dict, reference64: dict, stages: list, bare: bool, batch, mask=None
+) -> dict:
     """{stage: [note, ...]} for the report. bare: the candidate's output came unnamed (a .npy),
-    and was taken as the layer's output or its projection by its shape; batch: batch_size."""
+    and was taken as the layer's output or its projection by its shape; batch: batch_size;
+    mask: compare's attention_mask."""
     notes = {}
     for stage in stages:
         said = [*_shape_notes(stage, candidate, reference64, bare)]
@@ -632,6 +643,7 @@ def stage_notes(candidate: dict, reference64: dict, stages: list, bare: bool, ba
             expected, _ = _align(stage.name, values, reference64[stage.name], batch)
             said += [not_finite(values), narrow_format(values, expected)]
             said += [scaled(stage.name, values, expected)]
+            said += [zeroed_padding(stage, values, expected, mask)]
             said += [other_stage(stage, values, reference64, batch)]
         if any(said):
             notes[stage.name] = [note for note in said if note]
@@ -668,6 +680,17 @@ def scaled(name: str, values: np.ndarray, expected: np.ndarray) -> str | None:
             "(the rows as stored) and its 'sum' holds"
         )
     return note
+
+
+def zeroed_padding(stage: StageResult, values, expected, mask) -> str | None:
+    """A note where a stage wrong only in padding rows has zeros there and the reference has
+    not: DeBERTa's output, masked by the candidate, and references made without the mask."""
+    if not stage.padding_only:
+        return None
+    padding = np.asarray(mask) == 0  # (B, L)
+    if (values[padding] == 0).all() and (expected[padding] != 0).any():
+        return ZEROED_PADDING
+    return None
 
 
 def other_stage(stage: StageResult, values: np.ndarray, reference64: dict, batch) -> str | None:

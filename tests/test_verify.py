@@ -1350,3 +1350,24 @@ def test_explain_of_an_infinite_gamma_says_it_without_a_python_warning(tmp_path)
     assert result.returncode == 0  # sees it: pytest would catch the warning itself
     assert "Note: 3 output values are NaN or infinite" in result.stdout  # dimension 0, 3 tokens
     assert "RuntimeWarning" not in result.stderr, result.stderr
+
+
+def test_deberta_references_made_without_the_mask_are_suspected(tmp_path):
+    """A DeBERTa port that zeroes padding, checked from Python against references made without
+    the mask (as embed_stages' defaults give), was told its padding rows were wrong."""
+    from npbert.verify import compare as compare_stages
+
+    weights = npbert.load_weights(TINY.parent / "tiny-deberta")
+    ids = np.array([[1, 7, 9, 2], [1, 8, 2, 0]])
+    mask = (ids != 0).astype(np.int64)
+    port = npbert.embed(weights, ids, attention_mask=mask)  # padding zeroed
+    for masked, noted in ((False, True), (True, False)):
+        given = {"attention_mask": mask} if masked else {}
+        references = [
+            npbert.embed_stages(weights, ids, dtype=d, project=True, **given)
+            for d in (np.float64, np.float32)
+        ]
+        report = compare_stages({"embeddings": port}, *references, attention_mask=mask)
+        assert report["ok"] == masked
+        notes = report["stages"]["embeddings"].get("notes", [])
+        assert any("made without the mask?" in note for note in notes) == noted, notes
