@@ -107,7 +107,15 @@ def run(args) -> int:
 
 
 # The options that name a file or directory npbert reads or writes.
-PATH_OPTIONS = ("out", "input", "ids_file", "token_type_ids_file", "attention_mask_file", "plot")
+PATH_OPTIONS = (
+    "out",
+    "input",
+    "ids_file",
+    "token_type_ids_file",
+    "position_ids_file",
+    "attention_mask_file",
+    "plot",
+)
 
 
 def os_error(args, error: OSError) -> str:
@@ -521,6 +529,13 @@ def add_inputs(parser: argparse.ArgumentParser) -> None:
         help="token type ids for --ids-file, of its shape (default: all 0)",
     )
     parser.add_argument(
+        "--position-ids-file",
+        type=path,
+        metavar="POS.npy",
+        help="position ids for --ids-file, of its shape or (L,) for every sequence (default: "
+        "the family's, 0..L-1 or RoBERTa's from the padding)",
+    )
+    parser.add_argument(
         "--attention-mask-file",
         type=path,
         metavar="MASK.npy",
@@ -541,18 +556,19 @@ class ToEmbed:
     tokens: list | None = None
     texts: list | None = None
     attention_mask: np.ndarray | None = None
+    position_ids: np.ndarray | None = None  # None: the family's default
 
     def embed_args(self) -> tuple:
         """The positional and keyword arguments of embed() and embed_stages()."""
         args = (self.weights, self.input_ids, self.token_type_ids)
-        return args, {"attention_mask": self.attention_mask}
+        return args, {"position_ids": self.position_ids, "attention_mask": self.attention_mask}
 
     def reference_inputs(self) -> dict:
         """The inputs the layer takes, the family's defaults filled in, as compare() checks a
         candidate's: {name: array, or None where the layer takes none}."""
         from npbert.inputs import prepare_inputs
 
-        args = (self.input_ids, self.token_type_ids, None, self.attention_mask)
+        args = (self.input_ids, self.token_type_ids, self.position_ids, self.attention_mask)
         used = prepare_inputs(self.weights.config, *args)
         mask = used.attention_mask
         if mask is None:
@@ -571,7 +587,7 @@ def read_inputs(args) -> ToEmbed:
 
     if args.ids_file is not None:
         return read_ids(args)
-    for option in ("token_type_ids_file", "attention_mask_file"):
+    for option in ("token_type_ids_file", "position_ids_file", "attention_mask_file"):
         if getattr(args, option) is not None:
             raise InputError(f"--{option.replace('_', '-')} goes with --ids-file")
     if not args.texts:
@@ -610,7 +626,8 @@ def some_tokens(encoding):
 
 
 def read_ids(args) -> ToEmbed:
-    """--ids-file, with --token-type-ids-file and --attention-mask-file where given."""
+    """--ids-file, with --token-type-ids-file, --position-ids-file and --attention-mask-file
+    where given."""
     from npbert.model import load_weights
 
     if args.texts or args.pair:
@@ -618,10 +635,11 @@ def read_ids(args) -> ToEmbed:
     if args.truncate:
         raise InputError("--truncate cuts texts; it does nothing to --ids-file's ids")
     input_ids = load_npy(args.ids_file, "--ids-file")
-    token_type_ids, attention_mask = (
+    token_type_ids, position_ids, attention_mask = (
         None if path is None else load_npy(path, f"--{option}")
         for option, path in (
             ("token-type-ids-file", args.token_type_ids_file),
+            ("position-ids-file", args.position_ids_file),
             ("attention-mask-file", args.attention_mask_file),
         )
     )
@@ -630,13 +648,17 @@ def read_ids(args) -> ToEmbed:
         "input_ids": input_ids,
         "token_type_ids": np.zeros(shape, np.int64) if token_type_ids is None else token_type_ids,
         "attention_mask": np.ones(shape, np.int64) if attention_mask is None else attention_mask,
+        **({} if position_ids is None else {"position_ids": position_ids}),
     }
     weights = load_weights(args.model, revision=args.revision, full=args.full)
-    check_id_files(args, weights.config, input_ids, token_type_ids, attention_mask)
+    check_id_files(args, weights.config, input_ids, token_type_ids, position_ids, attention_mask)
     if attention_mask is None:
         warn_unmasked_padding(weights.config, np.asarray(input_ids))
     meta = {"ids_file": str(args.ids_file)}
-    return ToEmbed(weights, input_ids, token_type_ids, arrays, meta, attention_mask=attention_mask)
+    return ToEmbed(
+        weights, input_ids, token_type_ids, arrays, meta,
+        attention_mask=attention_mask, position_ids=position_ids,
+    )  # fmt: skip
 
 
 def warn_unmasked_padding(config, input_ids: np.ndarray) -> None:
@@ -661,17 +683,18 @@ def warn_unmasked_padding(config, input_ids: np.ndarray) -> None:
 ID_FILES = {
     "input_ids": "ids_file",
     "token_type_ids": "token_type_ids_file",
+    "position_ids": "position_ids_file",
     "attention_mask": "attention_mask_file",
 }
 
 
-def check_id_files(args, config, input_ids, token_type_ids, attention_mask) -> None:
+def check_id_files(args, config, input_ids, token_type_ids, position_ids, attention_mask) -> None:
     """The files' arrays checked as embed() checks them, an error naming the file as well as
     the array and index ("--ids-file ids.npy: input_ids[0, 2] = -1 is out of range ...")."""
     from npbert.inputs import prepare_inputs
 
     try:
-        prepare_inputs(config, input_ids, token_type_ids, None, attention_mask)
+        prepare_inputs(config, input_ids, token_type_ids, position_ids, attention_mask)
     except InputError as error:
         name = next((n for n in ID_FILES if str(error).startswith(n)), None)
         path = None if name is None else getattr(args, ID_FILES[name])
@@ -890,6 +913,7 @@ def run_compare(args) -> int:
 # With --ids-file, the inputs whose option was left out, and the default the reference took.
 DEFAULTED = {
     "token_type_ids": ("token_type_ids_file", "all 0"),
+    "position_ids": ("position_ids_file", "the family's positions"),
     "attention_mask": ("attention_mask_file", "all 1"),
 }
 

@@ -1011,3 +1011,27 @@ def test_an_argument_a_command_does_not_take_points_to_its_own_help(capsys):
     with pytest.raises(SystemExit):
         main(["inspect", str(TINY), "extra"])
     assert "(see npbert inspect --help)" in capsys.readouterr().err
+
+
+def test_position_ids_from_a_file_go_to_embed_and_compare(tmp_path, capsys):
+    """A port called with explicit positions (transformers' position_ids=) could be checked
+    only from Python: its own position_ids were reported as differing from 0..L-1."""
+    np.save(tmp_path / "ids.npy", np.array([[2, 7, 5, 3]]))
+    np.save(tmp_path / "pos.npy", np.array([3, 4, 5, 6]))  # (L,): every sequence's
+    files = ["--ids-file", tmp_path / "ids.npy", "--position-ids-file", tmp_path / "pos.npy"]
+    code, _, _ = run(capsys, "embed", *files, "--model", TINY, "--out", tmp_path / "e.npz")
+    saved = np.load(tmp_path / "e.npz")
+    weights = npbert.load_weights(TINY)
+    expected = npbert.embed(weights, saved["input_ids"], position_ids=np.array([3, 4, 5, 6]))
+    assert code == 0 and np.array_equal(saved["embeddings"], expected)
+    assert np.array_equal(saved["position_ids"], [3, 4, 5, 6])
+    code, out, _ = run(capsys, "compare", tmp_path / "e.npz", *files, "--model", TINY)
+    assert code == 0 and "PASS" in out
+    code, out, _ = run(capsys, "compare", tmp_path / "e.npz", *files[:2], "--model", TINY)
+    assert code == 1 and "no --position-ids-file given" in out
+    np.save(tmp_path / "pos.npy", np.array([0, 1, 2, 600]))
+    code, _, err = run(capsys, "embed", *files, "--model", TINY)
+    assert code == 2 and f"--position-ids-file {tmp_path / 'pos.npy'}: position_ids[3] = 600" in err
+    code, _, err = run(capsys, "embed", "a", "--position-ids-file", tmp_path / "pos.npy",
+                       "--model", TINY)  # fmt: skip
+    assert code == 2 and "--position-ids-file goes with --ids-file" in err
