@@ -168,20 +168,34 @@ def test_parquet_and_float16_on_ray(cluster, corpus, tmp_path, minilm_dir):
     assert next(read_corpus(tmp_path / "r")).dtype == np.float16
 
 
+def ray_job(cluster, corpus, out, module="npbert.cli") -> tuple[list, list]:
+    """The corpus job's arguments, and its command line on Ray (`python -m module embed`)."""
+    args = ["--input", corpus / "c.jsonl", "--out", out, "--model", _minilm(),
+            "--shard-bytes", "8000"]  # fmt: skip
+    command = [sys.executable, "-m", module, "embed", *map(str, args), "--engine", "ray",
+               "--address", cluster, "--workers", "2", "--quiet"]  # fmt: skip
+    return args, command
+
+
+def stopped(command, out, signum, shards=1) -> tuple[int, bytes]:
+    """(exit status, stderr) of the command, sent `signum` once it has committed `shards` more
+    shards to `out` (bounded: 3 minutes)."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    target, deadline = committed(out) + shards, time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None and committed(out) < target:
+        time.sleep(0.01)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=120)
+    return process.returncode, err
+
+
 def test_a_killed_run_resumes_to_the_same_output(cluster, corpus, tmp_path):
     directory, items = corpus
-    args = ["--input", directory / "c.jsonl", "--out", tmp_path / "r", "--model", _minilm(),
-            "--shard-bytes", "8000"]  # fmt: skip
-    command = [sys.executable, "-m", "npbert.cli", "embed", *map(str, args), "--engine", "ray",
-               "--address", cluster, "--workers", "2", "--quiet"]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    index_path, deadline = tmp_path / "r" / "index.json", time.monotonic() + 180
-    while time.monotonic() < deadline and process.poll() is None and committed(tmp_path / "r") < 3:
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    args, command = ray_job(cluster, directory, tmp_path / "r")
+    _, err = stopped(command, tmp_path / "r", signal.SIGKILL, shards=3)
+    index_path = tmp_path / "r" / "index.json"
     index = json.loads(index_path.read_text())  # written once a second: some shards, or none
-    assert not index["complete"] and len(index["shards"]) < 40, process.stderr.read()
+    assert not index["complete"] and len(index["shards"]) < 40, err
     resumed = ray_cli(cluster, *args, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert_same_corpus(tmp_path / "r", directory / "local")
@@ -194,17 +208,8 @@ def test_sigterm_stops_a_ray_run_as_it_stops_the_local_one(cluster, corpus, tmp_
     """ray.init sets its own SIGTERM handler (exit status 15, and a C++ stack dump): the CLI's
     is put back, so a scheduler's SIGTERM ends the run in one line, 143, and it resumes."""
     directory, _ = corpus
-    args = ["--input", directory / "c.jsonl", "--out", tmp_path / "r", "--model", _minilm(),
-            "--shard-bytes", "8000"]  # fmt: skip
-    command = [sys.executable, "-m", "npbert.cli", "embed", *map(str, args), "--engine", "ray",
-               "--address", cluster, "--workers", "2", "--quiet"]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and process.poll() is None and committed(tmp_path / "r") < 1:
-        time.sleep(0.01)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 143 and err == b"npbert: terminated\n", (process.returncode, err)
+    args, command = ray_job(cluster, directory, tmp_path / "r")
+    assert stopped(command, tmp_path / "r", signal.SIGTERM) == (143, b"npbert: terminated\n")
     assert not [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
     resumed = ray_cli(cluster, *args, "--resume")
     assert resumed.returncode == 0, resumed.stderr
@@ -217,22 +222,11 @@ def test_ctrl_c_stops_a_ray_run_in_one_line_and_it_resumes(cluster, corpus, tmp_
     1 of 33 ended it before the line was said (exit 1, "The core worker has already been
     shutdown")."""
     directory, _ = corpus
-    args = ["--input", directory / "c.jsonl", "--out", tmp_path / "r", "--model", _minilm(),
-            "--shard-bytes", "8000"]  # fmt: skip
-    command = [sys.executable, "-m", "npbert", "embed", *map(str, args), "--engine", "ray",
-               "--address", cluster, "--workers", "2", "--quiet"]  # fmt: skip
+    args, command = ray_job(cluster, directory, tmp_path / "r", module="npbert")
     for run in range(3):  # the crash came in some runs, not all
         resume = ["--resume"] if run else []
-        process = subprocess.Popen([*command, *resume], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE)  # fmt: skip
-        before, deadline = committed(tmp_path / "r"), time.monotonic() + 180
-        while time.monotonic() < deadline and process.poll() is None:
-            if committed(tmp_path / "r") > before:  # a shard more: the actors at work
-                break
-            time.sleep(0.01)
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=120)
-        assert (process.returncode, err) == (130, b"npbert: interrupted\n"), err.decode()
+        code, err = stopped([*command, *resume], tmp_path / "r", signal.SIGINT)
+        assert (code, err) == (130, b"npbert: interrupted\n"), err.decode()
     resumed = ray_cli(cluster, *args, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert_same_corpus(tmp_path / "r", directory / "local")
