@@ -361,8 +361,9 @@ def connect(ray, address: str | None) -> bool:
         return False
     joining = cluster_address(address)
     # ray.init sets its own SIGTERM handler (it exits with status 15, and its C++ core prints a
-    # stack dump): the one this process had is put back, so that a SIGTERM stops the run as
-    # it stops the local one (the CLI's: "npbert: terminated", 143, the pending files gone).
+    # stack dump): a handler this process had set is put back, so that a SIGTERM stops the
+    # run as it stops the local one (the CLI's: "npbert: terminated", 143, the pending files
+    # gone). Python's default (to die at once) is not: Ray's then stops its processes.
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(
@@ -378,7 +379,7 @@ def connect(ray, address: str | None) -> bool:
         where = f"join the cluster at {joining}" if joining else "start a cluster here"
         raise InputError(f"Ray cannot {where}: {reason}") from None
     finally:
-        if threading.current_thread() is threading.main_thread() and sigterm is not None:
+        if threading.current_thread() is threading.main_thread() and callable(sigterm):
             signal.signal(signal.SIGTERM, sigterm)
     # CRITICAL: Ray Data logs an actor's death at ERROR, with a traceback; the run says it in
     # one line (WorkerLost).

@@ -84,7 +84,7 @@ def test_the_cli_warns_of_weights_float32_cannot_compute_as_the_local_job(cluste
     result = ray_cli(
         cluster, "--input", tmp_path / "c.txt", "--out", tmp_path / "r", "--model", model
     )
-    warning = "npbert: warning: the checkpoint's word_embeddings holds NaN or Inf: the"
+    warning = "npbert: warning: the checkpoint's word_embeddings holds NaN or Inf (npbert inspect"
     assert result.returncode == 0 and result.stderr.count(warning) == 1, result.stderr
     # and nothing else: two actors for one chunk made Ray Data warn of it in two lines
     assert result.stderr.count("\n") == 1, result.stderr
@@ -378,6 +378,33 @@ def test_an_address_ray_cannot_join_is_one_line_at_once(tmp_path, address, messa
     assert re.search(message, result.stderr), result.stderr
     assert time.monotonic() - start < 60
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("before", ["handler", signal.SIG_DFL])
+def test_connect_puts_back_a_sigterm_handler_set_before_ray_but_not_the_default(
+    monkeypatch, before
+):
+    """ray.init sets its own SIGTERM handler. The CLI's is put back (or SIGTERM exits 15 with a
+    stack dump); Python's default is not (a SIGTERM would then leave Ray's processes)."""
+    from npbert import ray as engine
+
+    def mine(signum, frame):
+        pass
+
+    def rays(signum, frame):
+        pass
+
+    class Ray:
+        is_initialized = staticmethod(lambda: False)
+        init = staticmethod(lambda **kwargs: signal.signal(signal.SIGTERM, rays))
+
+    original = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, mine if before == "handler" else before)
+        assert engine.connect(Ray, "local")
+        assert signal.getsignal(signal.SIGTERM) is (mine if before == "handler" else rays)
+    finally:
+        signal.signal(signal.SIGTERM, original)
 
 
 @pytest.mark.parametrize(
