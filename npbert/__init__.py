@@ -21,6 +21,10 @@ _EXPORTS = {
     "load_weights": "npbert.model",
 }
 __all__ = sorted(_EXPORTS)
+# The submodules that importing the exports loads with them: attributes of npbert once they
+# were loaded, as when `import npbert` imported the exports at once.
+_LOADED = ("checkpoint", "config", "cores", "embedding", "errors", "families", "fast", "inputs",
+           "model", "ragged")  # fmt: skip
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # for type checkers and editors, which do not run __getattr__; "X as X"
@@ -37,17 +41,15 @@ if TYPE_CHECKING:  # for type checkers and editors, which do not run __getattr__
 
 
 def __getattr__(name: str):
-    """An export, or a submodule (`npbert.fast` after `import npbert`), imported on first use."""
+    """An export, imported on first use; or one of the submodules `import npbert` used to load
+    with them (npbert.fast, say). Others are imported by name (`import npbert.ray`)."""
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value  # found directly from now on
         return value
-    try:
+    if name in _LOADED:
         return importlib.import_module(f"npbert.{name}")
-    except ModuleNotFoundError as error:
-        if error.name != f"npbert.{name}":  # the submodule exists, and failed to import
-            raise
-        raise AttributeError(f"module 'npbert' has no attribute {name!r}") from None
+    raise AttributeError(f"module 'npbert' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -2,7 +2,9 @@
 
 import atexit
 import os
+import signal
 import sys
+import threading
 
 STOPPED = (130, 143)  # what cli.main returns on Ctrl-C and SIGTERM: 128 + the signal
 
@@ -10,24 +12,43 @@ STOPPED = (130, 143)  # what cli.main returns on Ctrl-C and SIGTERM: 128 + the s
 def main() -> int:
     """npbert.cli.main, imported here so that a Ctrl-C while NumPy and the rest load (a
     fifth of a second) ends the command as one later does, without a traceback."""
+    command = load_cli()
     try:
-        from npbert.cli import main as command
-
+        if command is None:
+            raise KeyboardInterrupt
         code = command()
-    except KeyboardInterrupt:  # cli.main handles its own; this is before it could
+    except KeyboardInterrupt:  # while it loaded, or before cli.main's own handling began
         print("npbert: interrupted", file=sys.stderr)
         return 130  # 128 + SIGINT, as cli.main returns
     if code in STOPPED and "ray._raylet" in sys.modules:
         # A Ray run stopped by a signal: Ray's core worker keeps a thread running past
         # ray.shutdown, which crashed the process as it ended (SIGSEGV in Ray's
         # TaskManager::RecordMetrics, 3 of 10 Ctrl-Cs, exit 139). The run has cleaned up
-        # and said so; the process ends here, after the exit handlers (Ray's stop the
-        # processes it started) but without the interpreter's teardown.
+        # and said so; the process ends here, after the exit handlers (CPython's
+        # atexit._run_exitfuncs: Ray's stop the processes it started) but without the
+        # interpreter's teardown.
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def load_cli():
+    """npbert.cli.main, or None if Ctrl-C came while it loaded. The Ctrl-C is held until the
+    imports end: raised inside one, NumPy's turned it into an ImportError ("your NumPy install
+    is broken", exit 1) in 3 of 80 tries. An ignored SIGINT (a job started with &) stays so."""
+    pressed = []
+    ours = threading.current_thread() is threading.main_thread()  # where signals can be set
+    ours = ours and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if ours:
+        signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        from npbert.cli import main as command
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    return None if pressed else command
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import ast
 import importlib.metadata
 import importlib.resources
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -79,3 +80,22 @@ def _third_party_imports() -> dict[str, set[str]]:
 
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_lazy_exports_and_the_type_checkers_imports_agree():
+    """npbert/__init__ names each export twice: in _EXPORTS, which __getattr__ imports from,
+    and under TYPE_CHECKING, for type checkers and editors. Each must say the same module."""
+    tree = ast.parse((ROOT / "npbert" / "__init__.py").read_text())
+    checking = next(
+        n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
+    )
+    typed = {alias.name: node.module for node in checking.body for alias in node.names}
+    assert typed == npbert._EXPORTS
+    assert sorted(npbert.__all__) == sorted(typed)
+    assert not hasattr(npbert, "nonesuch") and not hasattr(npbert, "ray.x")
+    code = (
+        "import sys, npbert; loaded = set(npbert._LOADED); npbert.model; "
+        "print(sorted(m[7:] for m in sys.modules if m.startswith('npbert.')) == sorted(loaded))"
+    )  # the submodules the exports bring are the ones named, no more, no fewer
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert result.stdout == b"True\n", result.stderr
