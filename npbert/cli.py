@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         dashes = extra.index("--") if "--" in extra else len(extra)
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra[:dashes]):
             # said by the command's parser, whose --help lists what it takes
-            hint = "; quote a TEXT of several words" if hasattr(args, "text") else ""
+            words = hasattr(args, "text") and not any(e.startswith("-") for e in extra)
+            hint = "; quote a TEXT of several words" if words else ""
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
         args.texts = [*args.texts, *extra[:dashes], *extra[dashes + 1 :]]
     if sys.stdout is None:  # started with it closed (>&-): what the command says would be lost
@@ -843,9 +844,11 @@ def run_embed_corpus(args) -> int:
             f"--input takes one file or directory, and {files[0]} came as a TEXT after it: to "
             "embed several files, give the directory that holds them"
         )
-    if args.texts or args.ids_file or args.pair or args.stages or args.project:
+    given = [o for o in ID_FILES.values() if getattr(args, o) is not None]  # --ids-file, ...
+    if args.texts or given or args.pair or args.stages or args.project:
         raise InputError(
-            "--input embeds a whole file: give no TEXT, --pair, --ids-file, --stages, --project"
+            "--input embeds a whole file: give no TEXT, --pair, --ids-file (or its token type, "
+            "position or mask file), --stages, --project"
         )
     if args.out is None:
         raise InputError("--input needs --out DIR, the directory the shards go to")
@@ -1166,7 +1169,8 @@ def add_positions_parser(commands) -> None:
 
 
 def run_positions(args) -> int:
-    """Print the analysis (or its JSON); with --plot, draw the figure after the numbers."""
+    """Print the analysis (or its JSON); with --plot, draw the figure first, then say so after
+    the numbers."""
     import npbert
     from npbert.positions import analyse, format_report
     from npbert.positions_plot import check_plot_path, plot_positions
@@ -1183,10 +1187,12 @@ def run_positions(args) -> int:
     # RoBERTa's rows up to padding_idx are never a real token's position: the table starts after.
     first = 0 if config.padding_idx is None else config.padding_idx + 1
     table = weights.position_embeddings[first:]
-    try:
-        figures = analyse(table, pretraining_length=args.pretraining_length)
-    except InputError as error:
-        raise InputError(f"--pretraining-length: {error}") from None
+    length = args.pretraining_length
+    if length is not None and not 1 <= length <= len(table):
+        raise InputError(
+            f"--pretraining-length {length}: give 1 to the table's {len(table)} positions"
+        )
+    figures = analyse(table, pretraining_length=length)
     figures = {"model": model, "model_type": config.model_type, "first_row": first, **figures}
     if args.plot is not None:  # drawn first: a file it cannot write leaves no report behind
         title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model

@@ -91,11 +91,15 @@ def projected_after(layer: str, note: str = ""):
 
 
 def deberta_formula(config) -> str:
-    x = "W"  # the rows added in DeBERTa's order: (W + P) + T, each table where it has one
-    if config.positions != "none":
-        x = f"{x} + P"
-    if config.type_vocab_size:
-        x = f"({x}) + T" if "+" in x else f"{x} + T"
+    # the rows added in DeBERTa's order, (W + P) + T, each table where it has one
+    terms = [
+        "W",
+        *(["P"] if config.positions != "none" else []),
+        *(["T"] if config.type_vocab_size else []),
+    ]
+    x = " + ".join(terms[:2])
+    if len(terms) == 3:
+        x = f"({x}) + {terms[2]}"
     if config.projection == "inside":
         x = f"embed_proj({x})"
     return f"LayerNorm({x}) * attention_mask"

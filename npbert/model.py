@@ -139,8 +139,8 @@ def embed(
     project: bool = False,
     threads: int | None = None,
 ) -> np.ndarray:
-    """The family's embedding layer: input_ids (L,) or (B, L) int -> (..., L, W) in `dtype`, W
-    the output's width (config.output_size, or H with project=True),
+    """The family's embedding layer: input_ids (L,) or (B, L) int -> (..., L, width) in
+    `dtype`, width config.output_size (or H with project=True),
     what transformers' `model.embeddings(input_ids, token_type_ids, position_ids)` returns
     (DeBERTa's also takes attention_mask, and zeroes padding; other families validate the
     mask and do not use it, as their embedding modules take none).

@@ -92,9 +92,10 @@ are large, {STEPS} steps of the precision at its largest |value|, as 1e-5 is les
 float32 step from 128 up. `.npy` is NumPy's simple format: a header, then raw little-endian
 data in C order; readers exist for most languages.
 
-manifest.json's "cases" maps each folder to its "description", the "texts" (and "pairs") it
-was tokenized from (tokenizer.json's own settings, truncated to the model's positions, so the
-longest case ends where the model's limit does), and its "files": each file's path, shape,
+manifest.json's "cases" maps each folder to its "description", for a case made from text the
+"texts" (and "pairs") it was tokenized from (tokenizer.json's own settings, truncated to the
+model's positions, so the longest case ends where the model's limit does), and its "files":
+each file's path, shape,
 dtype, and for a float64 stage its atol. "stages" says what each stage holds; a family whose
 layer looks up one table has no "sum".
 

@@ -613,9 +613,9 @@ WHOLE_NUMBERS = (
     "real-valued rows: ids given as the candidate? (ids to embed go in --ids-file)"
 )
 ZEROED_PADDING = (
-    "the candidate's padding rows are zeros, as DeBERTa's layer makes them, and the "
-    "reference's are not: were the references made without the mask? (embed_stages(..., "
-    "attention_mask=mask))"
+    "the candidate's padding rows are zeros, and the reference's are not: of the families, "
+    "DeBERTa's layer alone zeroes padding, and only given the mask (from Python, references "
+    "made without it: embed_stages(..., attention_mask=mask))"
 )
 SWAPPED = (
     "this is the expected shape with its first two axes swapped: (L, B, ...) where the "
@@ -662,8 +662,8 @@ def whole_numbers(values: np.ndarray) -> str | None:
 
 def scaled(name: str, values: np.ndarray, expected: np.ndarray) -> str | None:
     """A note where a failing stage is the reference times one factor (to 6 digits): a scale
-    applied or left out. For 'word', sqrt(E) is BigBird's rescale, which npbert's 'word'
-    leaves out (the rows as stored) and its 'sum' holds."""
+    applied or left out. For 'word', sqrt(E) is the scale BigBird applies in its sum, while
+    npbert's 'word' holds the rows as stored."""
     nonzero = expected != 0
     if not nonzero.any() or not np.isfinite(values).all():
         return None
@@ -676,15 +676,16 @@ def scaled(name: str, values: np.ndarray, expected: np.ndarray) -> str | None:
     note = f"every value is {factor:.7g} times the reference's"
     if name == "word" and math.isclose(factor, math.sqrt(expected.shape[-1]), rel_tol=1e-6):
         note += (
-            f", sqrt({expected.shape[-1]}): BigBird's rescale, which npbert's 'word' leaves out "
-            "(the rows as stored) and its 'sum' holds"
+            f", sqrt({expected.shape[-1]}): the scale BigBird gives its word rows in the sum; "
+            "npbert's 'word' stage holds them as stored"
         )
     return note
 
 
 def zeroed_padding(stage: StageResult, values, expected, mask) -> str | None:
     """A note where a stage wrong only in padding rows has zeros there and the reference has
-    not: DeBERTa's output, masked by the candidate, and references made without the mask."""
+    not: a port that zeroes padding where the family does not, or DeBERTa references made
+    without the mask."""
     if not stage.padding_only:
         return None
     padding = np.asarray(mask) == 0  # (B, L)

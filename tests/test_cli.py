@@ -627,13 +627,17 @@ def main_process(*argv, before: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, timeout=60)
 
 
-# Raises KeyboardInterrupt where NumPy is imported: a Ctrl-C while the command starts up.
+# A Ctrl-C while NumPy is imported, turned into an ImportError as NumPy's own imports do with
+# a KeyboardInterrupt raised inside them ("your NumPy install is broken", exit 1).
 CTRL_C_ON_IMPORT = """
-import sys
+import signal, sys
 class CtrlC:
     def find_spec(self, name, path=None, target=None):
         if name == "numpy":
-            raise KeyboardInterrupt
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                raise ImportError("as NumPy turns it") from None
 sys.meta_path.insert(0, CtrlC())
 """
 
@@ -1035,3 +1039,21 @@ def test_position_ids_from_a_file_go_to_embed_and_compare(tmp_path, capsys):
     code, _, err = run(capsys, "embed", "a", "--position-ids-file", tmp_path / "pos.npy",
                        "--model", TINY)  # fmt: skip
     assert code == 2 and "--position-ids-file goes with --ids-file" in err
+
+
+def test_input_refuses_the_files_that_go_with_ids_file(tmp_path, capsys):
+    """--position-ids-file (and the token type and mask files) with --input were ignored
+    without a word, even naming no file."""
+    (tmp_path / "c.txt").write_text("a b\n")
+    for option in ("--token-type-ids-file", "--position-ids-file", "--attention-mask-file"):
+        argv = ["--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--model", TINY]
+        code, _, err = run(capsys, "embed", *argv, option, tmp_path / "none.npy")
+        assert code == 2 and "--input embeds a whole file" in err, (option, err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_quote_hint_is_for_words_not_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["explain", "a", "--nonesuch", "x", "--model", str(TINY)])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --nonesuch x (see npbert explain --help)" in err, err

@@ -296,7 +296,7 @@ def test_a_pretraining_length_past_the_table_is_refused_and_the_default_fits_it(
     """It was capped without a word, and --json reported the capped length as given."""
     code, _, err = run(capsys, "positions", "--model", TINY, "--pretraining-length", "100000")
     assert code == 2
-    assert "--pretraining-length: the pre-training length must be from 1 to the table's" in err
+    assert "--pretraining-length 100000: give 1 to the table's 128 positions" in err
     table = np.random.default_rng(5).normal(size=(40, 8))  # shorter than the default, 128
     assert analyse(table)["pretraining_length"] == 40
     assert analyse(table, pretraining_length=40)["pretraining_length"] == 40
@@ -310,3 +310,18 @@ def test_a_plot_that_cannot_be_written_leaves_no_report(capsys):
     plot = "/proc/npbert-positions.png"  # a directory no one may create a file in, root too
     code, out, err = run(capsys, "positions", "--model", TINY, "--json", "--plot", plot)
     assert code == 2 and out == "" and f"--plot {plot}" in err, err
+
+
+def test_an_analysis_error_is_not_put_on_the_pretraining_length(tmp_path, capsys):
+    """Every error of the analysis was said as --pretraining-length's, given or not."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(TINY, tmp_path / "m")
+    tensors = load_file(str(TINY / "model.safetensors"))
+    name = next(k for k in tensors if k.endswith("position_embeddings.weight"))
+    tensors[name][3, 0] = np.nan
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    code, _, err = run(capsys, "positions", "--model", tmp_path / "m")
+    assert code == 2 and "pretraining" not in err and "non-finite" in err, err

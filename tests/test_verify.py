@@ -1298,7 +1298,7 @@ def test_bigbirds_word_rows_given_rescaled_are_named_as_the_rescale(tmp_path, ca
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "s.npz"), "--model", big_bird, "a b"]) == 1
     out = capsys.readouterr().out
-    assert f"times the reference's, sqrt({width}): BigBird's rescale" in out
+    assert f"times the reference's, sqrt({width}): the scale BigBird gives" in out
     assert "sum            ok" in out
 
 
@@ -1370,4 +1370,4 @@ def test_deberta_references_made_without_the_mask_are_suspected(tmp_path):
         report = compare_stages({"embeddings": port}, *references, attention_mask=mask)
         assert report["ok"] == masked
         notes = report["stages"]["embeddings"].get("notes", [])
-        assert any("made without the mask?" in note for note in notes) == noted, notes
+        assert any("references made without it" in note for note in notes) == noted, notes
