@@ -259,10 +259,9 @@ class RayEngine:
                 "again with --resume"
             ) from None
         finally:
-            # Ray Data's executor stopped now, before ray.shutdown: left to the garbage
-            # collector (the traceback of a Ctrl-C holds it), its threads went on using
-            # Ray after the shutdown, and Ray ended the process ("The core worker has already
-            # been shutdown", exit 1, in 1 of 12 interrupted runs).
+            # Closed now, not by the garbage collector (the traceback of a Ctrl-C holds it):
+            # this stops Ray Data's executor and tells its iterator threads to stop, which
+            # join_iterator_threads then waits for, before ray.shutdown.
             batches.close()
 
     def dataset(self, ray, items: list[dict]):
