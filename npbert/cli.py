@@ -107,16 +107,22 @@ def run(args) -> int:
         return 128 + signal.SIGINT
 
 
+# The option of each input file (--ids-file and those that go with it), by the array it holds,
+# as npbert.inputs names it in its errors.
+ID_FILES = {
+    "input_ids": "ids_file",
+    "token_type_ids": "token_type_ids_file",
+    "position_ids": "position_ids_file",
+    "attention_mask": "attention_mask_file",
+}
+WITH_IDS = {name: option for name, option in ID_FILES.items() if name != "input_ids"}
 # The options that name a file or directory npbert reads or writes.
-PATH_OPTIONS = (
-    "out",
-    "input",
-    "ids_file",
-    "token_type_ids_file",
-    "position_ids_file",
-    "attention_mask_file",
-    "plot",
-)
+PATH_OPTIONS = ("out", "input", *ID_FILES.values(), "plot")
+
+
+def flag(option: str) -> str:
+    """The command-line flag of an argparse dest: token_type_ids_file -> --token-type-ids-file."""
+    return "--" + option.replace("_", "-")
 
 
 def os_error(args, error: OSError) -> str:
@@ -129,7 +135,7 @@ def os_error(args, error: OSError) -> str:
         given = getattr(args, name, None)
         if not isinstance(given, str | os.PathLike):
             continue
-        option = "--" + name.replace("_", "-")
+        option = flag(name)
         if path == Path(given):
             return f"{option} {path}: {reason}"
         if Path(given) in path.parents:  # a file in the directory the option names
@@ -588,9 +594,9 @@ def read_inputs(args) -> ToEmbed:
 
     if args.ids_file is not None:
         return read_ids(args)
-    for option in ("token_type_ids_file", "position_ids_file", "attention_mask_file"):
+    for option in WITH_IDS.values():
         if getattr(args, option) is not None:
-            raise InputError(f"--{option.replace('_', '-')} goes with --ids-file")
+            raise InputError(f"{flag(option)} goes with --ids-file")
     if not args.texts:
         raise InputError("nothing to embed: give TEXT arguments or --ids-file")
     if args.pair and len(args.pair) != len(args.texts):
@@ -637,12 +643,8 @@ def read_ids(args) -> ToEmbed:
         raise InputError("--truncate cuts texts; it does nothing to --ids-file's ids")
     input_ids = load_npy(args.ids_file, "--ids-file")
     token_type_ids, position_ids, attention_mask = (
-        None if path is None else load_npy(path, f"--{option}")
-        for option, path in (
-            ("token-type-ids-file", args.token_type_ids_file),
-            ("position-ids-file", args.position_ids_file),
-            ("attention-mask-file", args.attention_mask_file),
-        )
+        None if getattr(args, option) is None else load_npy(getattr(args, option), flag(option))
+        for option in WITH_IDS.values()
     )
     shape = np.shape(input_ids)
     arrays = {  # the inputs used: the files', or the defaults a tokenizer gives unpadded ids
@@ -680,15 +682,6 @@ def warn_unmasked_padding(config, input_ids: np.ndarray) -> None:
     )
 
 
-# The array each input file holds, as npbert.inputs names it in its errors.
-ID_FILES = {
-    "input_ids": "ids_file",
-    "token_type_ids": "token_type_ids_file",
-    "position_ids": "position_ids_file",
-    "attention_mask": "attention_mask_file",
-}
-
-
 def check_id_files(args, config, input_ids, token_type_ids, position_ids, attention_mask) -> None:
     """The files' arrays checked as embed() checks them, an error naming the file as well as
     the array and index ("--ids-file ids.npy: input_ids[0, 2] = -1 is out of range ...")."""
@@ -701,7 +694,7 @@ def check_id_files(args, config, input_ids, token_type_ids, position_ids, attent
         path = None if name is None else getattr(args, ID_FILES[name])
         if path is None:  # a default the file did not give
             raise
-        option = "--" + ID_FILES[name].replace("_", "-")
+        option = flag(ID_FILES[name])
         raise InputError(f"{option} {path}: {error}") from None
 
 
@@ -713,7 +706,7 @@ def run_embed(args) -> int:
         return run_embed_corpus(args)
     given = [name for name, default in CORPUS_DEFAULTS.items() if getattr(args, name) != default]
     if given:
-        option = "--" + given[0].replace("_", "-")
+        option = flag(given[0])
         raise InputError(f"{option} goes with --input (a corpus); it does nothing here")
 
     if args.stages and (args.out is None or args.out.suffix.lower() != ".npz"):
@@ -913,23 +906,19 @@ def run_compare(args) -> int:
     return 0 if report["ok"] else 1
 
 
-# With --ids-file, the inputs whose option was left out, and the default the reference took.
-DEFAULTED = {
-    "token_type_ids": ("token_type_ids_file", "all 0"),
-    "position_ids": ("position_ids_file", "the family's positions"),
-    "attention_mask": ("attention_mask_file", "all 1"),
-}
+# With --ids-file, the default the reference takes for each input whose file was left out.
+DEFAULTED = {"token_type_ids": "all 0", "position_ids": "the family's positions",
+             "attention_mask": "all 1"}  # fmt: skip
 
 
 def note_defaulted_inputs(args, results: dict) -> None:
     """A candidate's input that differs from a default the reference took, not one given, says
     so: the candidate may hold the right ones, and the option have been forgotten."""
-    for name, (option, default) in DEFAULTED.items():
-        result = results.get(name)
+    for name, default in DEFAULTED.items():
+        option, result = WITH_IDS[name], results.get(name)
         defaulted = args.ids_file is not None and getattr(args, option) is None
         if defaulted and result and not result["ok"]:
-            flag = "--" + option.replace("_", "-")
-            result["note"] = f"the reference's are the default, {default}: no {flag} given"
+            result["note"] = f"the reference's are the default, {default}: no {flag(option)} given"
 
 
 def to_json(value) -> str:
