@@ -428,7 +428,10 @@ def float32_trouble(weights) -> str | None:
         width = weights.projection_weight.shape[0]  # H
     scaled = largest_output(weights)
     if max(width * (2 * rows) ** 2, scaled) > float(np.finfo(np.float32).max):
-        return f"the checkpoint's tensors hold values up to {max(largest.values()):.3g}"
+        return (
+            f"the checkpoint's tensors hold values up to {max(largest.values()):.3g}, too large "
+            "for float32"
+        )
     return None
 
 

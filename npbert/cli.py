@@ -749,7 +749,7 @@ def warn_float32(cause: str) -> None:
 def warn_ahead(trouble: str) -> None:
     """warn_float32 before a job, for float32_trouble's finding, in place of NumPy's warnings
     during it."""
-    warn_float32(trouble if trouble.endswith(NOT_FINITE) else f"{trouble}, too large for float32")
+    warn_float32(trouble)
     warnings.simplefilter("ignore", RuntimeWarning)  # said: until run() ends
 
 
