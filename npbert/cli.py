@@ -380,14 +380,17 @@ def add_explain(commands) -> None:
         "ids,\neach lookup, the sum, the normalization, with what each one is; then check the "
         "result\nagainst npbert's fast path (exit 1 if they differ).",
         '  npbert explain "I am Sinan" --model M\n'
-        '  npbert explain "Who is Sinan?" --pair "Sinan wrote a notebook." --model M\n',
+        '  npbert explain "Who is Sinan?" --pair "Sinan wrote a notebook." --model M\n'
+        "  npbert explain --ids-file ids.npy --model M\n",
     )
-    explain.add_argument("text", metavar="TEXT", help="the text to walk through")
+    explain.add_argument("text", nargs="?", metavar="TEXT", help="the text to walk through")
     add_model(explain)
     explain.add_argument("--pair", metavar="TEXT", help="sentence B")
     explain.add_argument(
         "--truncate", action="store_true", help="cut a text longer than the model allows"
     )
+    add_id_files(explain, "one sequence's, (L,) or (1, L) integers (for a checkpoint whose "
+                 "tokenizer npbert cannot run, RoFormer's, or ids from a port)")  # fmt: skip
     explain.set_defaults(run=run_explain)
 
 
@@ -523,11 +526,13 @@ def add_inputs(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="cut texts longer than the model allows (default: refuse them)",
     )
+    add_id_files(parser, "(L,) or (B, L) integers")
+
+
+def add_id_files(parser: argparse.ArgumentParser, shapes: str) -> None:
+    """--ids-file, of `shapes`, and the files that go with it."""
     parser.add_argument(
-        "--ids-file",
-        type=path,
-        metavar="IDS.npy",
-        help="token ids instead of TEXT: (L,) or (B, L) integers",
+        "--ids-file", type=path, metavar="IDS.npy", help=f"token ids instead of TEXT: {shapes}"
     )
     parser.add_argument(
         "--token-type-ids-file",
@@ -593,10 +598,8 @@ def read_inputs(args) -> ToEmbed:
     from npbert.model import Embedder
 
     if args.ids_file is not None:
-        return read_ids(args)
-    for option in WITH_IDS.values():
-        if getattr(args, option) is not None:
-            raise InputError(f"{flag(option)} goes with --ids-file")
+        return read_ids(args, bool(args.texts))
+    refuse_id_companions(args)
     if not args.texts:
         raise InputError("nothing to embed: give TEXT arguments or --ids-file")
     if args.pair and len(args.pair) != len(args.texts):
@@ -621,6 +624,14 @@ def read_inputs(args) -> ToEmbed:
     )
 
 
+def refuse_id_companions(args) -> None:
+    """InputError for a file that goes with --ids-file (--token-type-ids-file, ...) given
+    without it."""
+    for option in WITH_IDS.values():
+        if getattr(args, option) is not None:
+            raise InputError(f"{flag(option)} goes with --ids-file")
+
+
 def some_tokens(encoding):
     """The Encoding, if any of its texts has a token: a tokenizer that adds no special tokens
     gives an empty text none, and there would be nothing to embed or explain."""
@@ -632,12 +643,12 @@ def some_tokens(encoding):
     return encoding
 
 
-def read_ids(args) -> ToEmbed:
+def read_ids(args, text_given: bool) -> ToEmbed:
     """--ids-file, with --token-type-ids-file, --position-ids-file and --attention-mask-file
     where given."""
     from npbert.model import load_weights
 
-    if args.texts or args.pair:
+    if text_given or args.pair:
         raise InputError("give TEXT arguments or --ids-file, not both")
     if args.truncate:
         raise InputError("--truncate cuts texts; it does nothing to --ids-file's ids")
@@ -1024,21 +1035,47 @@ def summary(weights, name: str, embeddings: np.ndarray, tokens, texts, ids=None)
 
 def run_explain(args) -> int:
     from npbert.explain import explain
+
+    weights, tokens, inputs = explained_inputs(args)
+    say(f"model: {weights.source.get('model')}")
+    text, equal = explain(weights, tokens, *inputs)
+    say(text)
+    return 0 if equal else 1
+
+
+def explained_inputs(args) -> tuple:
+    """(weights, tokens or None, (input_ids, token_type_ids, attention_mask, position_ids))
+    for explain: the text tokenized, or --ids-file and the files that go with it, (L,) each
+    (None for a file not given: the family's default)."""
     from npbert.model import Embedder
 
+    if args.ids_file is not None:
+        given = read_ids(args, args.text is not None)
+        inputs = (given.input_ids, given.token_type_ids, given.attention_mask, given.position_ids)
+        return given.weights, None, one_sequence(args, *inputs)
+    refuse_id_companions(args)
+    if args.text is None:
+        raise InputError("nothing to explain: give a TEXT or --ids-file")
     embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
     pairs = None if args.pair is None else [args.pair]
     encoding = some_tokens(embedder.encode([args.text], pairs, truncation=args.truncate))
-    say(f"model: {embedder.weights.source.get('model')}")
-    text, equal = explain(
-        embedder.weights,
-        encoding.tokens[0],
-        encoding.input_ids[0],
-        encoding.token_type_ids[0],
-        encoding.attention_mask[0],
-    )
-    say(text)
-    return 0 if equal else 1
+    inputs = (encoding.input_ids, encoding.token_type_ids, encoding.attention_mask, None)
+    return embedder.weights, encoding.tokens[0], tuple(a if a is None else a[0] for a in inputs)
+
+
+def one_sequence(args, input_ids, *others) -> tuple:
+    """--ids-file's ids and the others of its shape (checked by read_ids) as one sequence's,
+    (L,): a file of one row, (1, L), is taken as its row; (L,) positions are every row's."""
+    shape = np.shape(input_ids)
+    if len(shape) == 1:
+        return input_ids, *others
+    if len(shape) != 2 or shape[0] != 1:
+        raise InputError(
+            f"--ids-file {args.ids_file}: explain walks through one sequence, (L,) or (1, L) "
+            f"ids, not {shape}"
+        )
+    rows = (a if a is None or np.ndim(a) == 1 else np.asarray(a)[0] for a in others)
+    return np.asarray(input_ids)[0], *rows
 
 
 def run_inspect(args) -> int:

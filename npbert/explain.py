@@ -135,29 +135,36 @@ DROPOUT_INSIDE = "Dropout, before the LayerNorm here: the identity at inference.
 
 
 def explain(
-    weights: EmbeddingWeights, tokens: list[str], input_ids, token_type_ids, attention_mask
+    weights: EmbeddingWeights,
+    tokens: list[str] | None,
+    input_ids,
+    token_type_ids,
+    attention_mask,
+    position_ids=None,
 ) -> tuple[str, bool]:
     """(the walk-through, whether embed() equals it) for one tokenized text: input_ids,
-    token_type_ids (as the tokenizer gave them) and attention_mask, (L,) int each."""
+    token_type_ids (as the tokenizer gave them), attention_mask and position_ids (None: the
+    family's), (L,) int each. tokens None: ids alone, from no tokenizer; rows are labelled
+    with their ids."""
     config = weights.config
     types = token_type_ids if config.type_vocab_size else None
-    args = (weights, input_ids, types)
+    args = (weights, input_ids, types, position_ids)
     kwargs = {"attention_mask": attention_mask, "project": True}
-    used = prepare_inputs(config, input_ids, types, None, attention_mask)  # with the defaults
+    used = prepare_inputs(config, *args[1:], attention_mask)  # with the defaults
     check_one_text(tokens, used.input_ids)
     stages = embed_stages(*args, **kwargs)
     input_ids, types, positions = used.input_ids, used.token_type_ids, used.position_ids
     final = stages.get("projected", stages["embeddings"])
     diff, bad, bound = _distance(final, embed(*args, **kwargs))
 
-    labels = [f"{i:>3} {token}" for i, token in enumerate(tokens)]
+    labels = [f"{i:>3} {token}" for i, token in enumerate(tokens or input_ids)]
     titles = stage_titles(weights, stages, types, positions)
     lines = [
-        f"{config.model_type}'s embedding layer, step by step: {len(tokens)} tokens, width "
+        f"{config.model_type}'s embedding layer, step by step: {len(input_ids)} tokens, width "
         f"{_widths(config)}",
         f"   {config.formula}",
         "",
-        "1. Tokens and their ids",
+        "1. Tokens and their ids" if tokens else "1. The ids (given without their tokens)",
         *_id_table(tokens, input_ids, types, positions),
     ]
     steps = []  # (title, rows or None): the stages, and dropout where the module applies it
@@ -192,23 +199,28 @@ def _distance(final: np.ndarray, embedded: np.ndarray) -> tuple[float, np.ndarra
     return diff, bad, default_atol(np.where(bad, 0, final))
 
 
-def _id_table(tokens: list[str], input_ids, types, positions) -> list[str]:
-    """The tokens with their ids, and their token types and positions where the family has
-    them, one line a token under a header."""
+def _id_table(tokens: list[str] | None, input_ids, types, positions) -> list[str]:
+    """The tokens (where given) with their ids, and their token types and positions where the
+    family has them, one line a token under a header."""
     columns = ["input_id", *(["token_type_id"] if types is not None else [])]
     columns += ["position_id"] if positions is not None else []
-    table = [f"   {'i':>3} {'token':<14} " + "  ".join(f"{c:>13}" for c in columns)]
+    token = f"{'token':<14} " if tokens else ""
+    table = [f"   {'i':>3} {token}" + "  ".join(f"{c:>13}" for c in columns)]
     values = [input_ids, *([types] if types is not None else [])]
     values += [positions] if positions is not None else []
-    for i, token in enumerate(tokens):
-        table.append(f"   {i:>3} {token:<14} " + "  ".join(f"{int(v[i]):>13}" for v in values))
+    for i in range(len(input_ids)):
+        token = f"{tokens[i]:<14} " if tokens else ""
+        table.append(f"   {i:>3} {token}" + "  ".join(f"{int(v[i]):>13}" for v in values))
     return table
 
 
-def check_one_text(tokens: list[str], input_ids: np.ndarray) -> None:
-    """InputError unless input_ids is one text, (L,), and tokens its L tokens as strings."""
+def check_one_text(tokens: list[str] | None, input_ids: np.ndarray) -> None:
+    """InputError unless input_ids is one text, (L,), and tokens (unless None) its L tokens
+    as strings."""
     if input_ids.ndim != 1:
         raise InputError(f"explain takes one text: input_ids (L,), not {input_ids.shape}")
+    if tokens is None:
+        return
     if not isinstance(tokens, list | tuple) or not all(isinstance(t, str) for t in tokens):
         raise InputError("explain takes the text's tokens as a list of strings")
     if len(tokens) != len(input_ids):

@@ -1057,3 +1057,48 @@ def test_the_quote_hint_is_for_words_not_options(capsys):
         main(["explain", "a", "--nonesuch", "x", "--model", str(TINY)])
     err = capsys.readouterr().err
     assert "unrecognized arguments: --nonesuch x (see npbert explain --help)" in err, err
+
+
+def test_explain_walks_through_ids_from_files(tmp_path, capsys):
+    """RoFormer's tokenizer cannot run here, so explain, which took only a TEXT, could not
+    walk through a RoFormer at all; a port's own ids could not be walked through either."""
+    from npbert.explain import format_row
+
+    np.save(tmp_path / "ids.npy", np.array([[2, 40, 41, 3]]))  # (1, L): one sequence
+    np.save(tmp_path / "types.npy", np.array([[0, 0, 1, 1]]))
+    np.save(tmp_path / "pos.npy", np.array([5, 6, 7, 8]))  # (L,)
+    files = ["--ids-file", tmp_path / "ids.npy", "--token-type-ids-file", tmp_path / "types.npy"]
+    roformer = DATA / "tiny-roformer"
+    code, stdout, _ = run(
+        capsys, "explain", "--ids-file", tmp_path / "ids.npy", "--model", roformer
+    )
+    weights = npbert.load_weights(roformer)
+    assert code == 0 and "1. The ids (given without their tokens)" in stdout
+    assert f"  1 40  {format_row(weights.word_embeddings[40])}" in stdout
+    projected = npbert.embed_stages(weights, [2, 40, 41, 3], project=True)["projected"]
+    assert f"  3 3   {format_row(projected[3])}" in stdout
+    code, stdout, _ = run(capsys, "explain", *files, "--position-ids-file", tmp_path / "pos.npy",
+                          "--model", TINY)  # fmt: skip
+    assert code == 0 and "position_id" in stdout
+    assert re.search(r"\n +2 +41 +1 +7\n", stdout), stdout  # i, input_id, type, position
+    stages = npbert.embed_stages(
+        npbert.load_weights(TINY), [2, 40, 41, 3], [0, 0, 1, 1], [5, 6, 7, 8]
+    )
+    assert f"  2 41  {format_row(stages['embeddings'][2])}" in stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--ids-file", "two.npy"], "--ids-file two.npy: explain walks through one sequence, "
+         "(L,) or (1, L) ids, not (2, 2)"),
+        (["a", "--ids-file", "two.npy"], "give TEXT arguments or --ids-file, not both"),
+        (["a", "--position-ids-file", "two.npy"], "--position-ids-file goes with --ids-file"),
+        ([], "nothing to explain: give a TEXT or --ids-file"),
+    ],
+)  # fmt: skip
+def test_explain_refuses_ids_it_cannot_walk_through(tmp_path, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "two.npy", np.array([[2, 40], [41, 3]]))
+    code, stdout, err = run(capsys, "explain", *argv, "--model", TINY)
+    assert code == 2 and err == f"npbert: error: {message}\n" and stdout == ""
