@@ -593,6 +593,7 @@ class RemoteFile:
     url: str
     where: str  # repo/file at commit, for messages
     size: int  # bytes, from the Content-Range of the header's requests
+    etag: str  # the ETag of the first, "" where the server sends none
     data_start: int  # 8 + the header's length
     tensors: dict[str, TensorHeader]
 
@@ -656,14 +657,21 @@ def _serialize(tensors, remotes, weight_map, path: Path, repo_id, commit, full_s
 
 
 def _get(remote: RemoteFile, start: int, end: int, access: Access, bar=None) -> np.ndarray:
-    """Bytes [start, end) of a remote file, which must not have changed size meanwhile."""
-    data, size = get_range(
+    """Bytes [start, end) of a remote file, which must not have changed meanwhile: its size
+    and ETag are held to its first request's. (A URL at a commit names one file on the Hub;
+    a mirror or proxy may still serve another version between two requests.)"""
+    data, size, etag = get_range(
         remote.url, start, end, token=access.token, timeout=_download_timeout(), progress=bar
     )
     if size != remote.size:
         raise InputError(
             f"{remote.where}: {remote.size:,} bytes, then the server said {size:,}; nothing "
             "was cached, try again"
+        )
+    if etag and remote.etag and etag != remote.etag:
+        raise InputError(
+            f"{remote.where}: the server sent another version of the file between two "
+            f"requests (ETag {remote.etag}, then {etag}); nothing was cached, try again"
         )
     return data
 
@@ -708,9 +716,9 @@ def remote_header(repo_id: str, filename: str, commit: str, access: Access) -> R
 
     url = hf_hub_url(repo_id, filename, revision=commit)
     where = f"{repo_id}/{filename} at {commit[:12]}"
-    prefix, size = get_range(url, 0, 8, token=access.token, timeout=_download_timeout())
+    prefix, size, etag = get_range(url, 0, 8, token=access.token, timeout=_download_timeout())
     length = header_length(prefix.tobytes(), size, where)
-    file = RemoteFile(url, where, size, 8 + length, {})
+    file = RemoteFile(url, where, size, etag, 8 + length, {})
     raw = _get(file, 8, 8 + length, access)
     return replace(file, tensors=parse_header(raw.tobytes(), size - 8 - length, where))
 

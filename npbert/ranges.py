@@ -34,7 +34,8 @@ class RangeIgnored(Exception):
 
 
 def get_range(url: str, start: int, end: int, *, token, timeout: float, progress=None):
-    """Bytes [start, end) of the file at `url` as a uint8 array, and the file's size.
+    """Bytes [start, end) of the file at `url` as a uint8 array, the file's size and its
+    ETag ("" where the server sends none), which tells one version of the file from another.
 
     Raises RangeIgnored on a 200, huggingface_hub's errors on an error status (after
     RETRY_WAITS, for the statuses that may pass), the client's network errors
@@ -79,7 +80,8 @@ def _get_range_once(url, start, end, token, timeout, progress):
         if response.status_code != 206:
             raise RangeIgnored(url)
         size = _checked_content_range(response.headers, start, end, url)
-        return _read_body(chunks, end - start, timeout, url, progress), size
+        body = _read_body(chunks, end - start, timeout, url, progress)
+        return body, size, response.headers.get("ETag", "")
 
 
 @contextmanager
@@ -101,8 +103,9 @@ def _stream(url: str, headers: dict, timeout: float):
 
 
 def network_errors() -> tuple[type[Exception], ...]:
-    """The exceptions of the HTTP client huggingface_hub uses for a connection refused, reset,
-    timed out or cut short: requests' and urllib3's (0.x), httpx's (1.x), httpx2's (2.x)."""
+    """The exceptions of the HTTP client huggingface_hub uses for a request that got no
+    usable answer (a connection refused, reset, timed out or cut short, redirects in a loop):
+    requests' and urllib3's (0.x), httpx's (1.x), httpx2's (2.x)."""
     from huggingface_hub import get_session
 
     session = get_session()
@@ -111,7 +114,7 @@ def network_errors() -> tuple[type[Exception], ...]:
         import urllib3  # read1 raises urllib3's own errors, not requests'
 
         return (client.RequestException, urllib3.exceptions.HTTPError)
-    return (client.TransportError,)
+    return (client.RequestError,)  # TransportError's base, with TooManyRedirects
 
 
 def _library(session):

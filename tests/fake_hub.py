@@ -41,6 +41,8 @@ FAULTS = {
     "error_429": "answer 429 Too Many Requests",
     "html_200": "answer 200 with an HTML page (a login page, a web server at the wrong address)",
     "list_200": "answer 200 with JSON that is not an object: []",
+    "redirect_loop": "answer 302 Found, to the address asked for",
+    "changed_etag": "answer with another ETag, as for a file replaced since the last request",
 }
 
 
@@ -134,6 +136,8 @@ def make_handler(hub: FakeHub):
                 return self.error(503, "ServiceUnavailable", "injected fault")
             if self.fault == "error_429":
                 return self.error(429, None, "injected fault", retry_after=1)
+            if self.fault == "redirect_loop":
+                return self.send(302, b"", {"Location": self.path}, body)
             if self.fault in ("html_200", "list_200"):
                 page = b"<html>sign in</html>" if self.fault == "html_200" else b"[]"
                 return self.send(200, page, {"Content-Type": "text/html"}, body)
@@ -187,7 +191,8 @@ def make_handler(hub: FakeHub):
             if not path.is_file():
                 return self.error(404, "EntryNotFound", f"{filename} does not exist", commit)
             size = path.stat().st_size
-            headers = {"X-Repo-Commit": commit, "ETag": hub.etag(path), "Accept-Ranges": "bytes"}
+            etag = '"changed"' if self.fault == "changed_etag" else hub.etag(path)
+            headers = {"X-Repo-Commit": commit, "ETag": etag, "Accept-Ranges": "bytes"}
             wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
             start, end, status = 0, size, 200
             if wanted and not hub.ignore_range:

@@ -514,6 +514,8 @@ def test_two_processes_fetching_at_once_both_succeed(hub, bert_base_dir):
         ("list_200", model_info, "with what is not a Hub's model info"),
         ("html_200", config_download, "config.json came 20 bytes long, not"),
         ("list_200", config_download, "config.json came 2 bytes long, not"),
+        ("changed_etag", data_range, 'another version of the file between two requests (ETag "'),
+        ("changed_etag", header_range, '(ETag "'),
     ],
 )
 def test_each_fault_is_a_one_line_error_in_time_and_a_rerun_is_correct(hub, kind, where, message):
@@ -962,3 +964,18 @@ def test_a_file_request_that_gets_no_answer_is_named_and_its_wait_shown(hub, rec
     assert entries(hub, "test/tiny") == []
     assert result.seconds < 60
     record(f"config.json's HEAD unanswered: named after {result.seconds:.1f} s")
+
+
+@pytest.mark.parametrize("where", [model_info, config_head, header_range, data_range])
+def test_redirects_in_a_loop_are_a_one_line_error(hub, where):
+    """The HTTP client gives up after 20 redirects with an error that was not among the
+    network errors npbert reports: a traceback, from the first request or any later one.
+    (huggingface_hub 0.x asks for config.json's metadata in a way that ends the loop: there
+    the fetch succeeds.)"""
+    hub.faults.append(Fault("redirect_loop", where, times=50))
+    result = hub.run("fetch", "test/tiny", **FAST)
+    if result.returncode == 0 and where is config_head:
+        assert result.stderr == "" and len(entries(hub, "test/tiny")) == 1
+        return
+    assert "redirect" in one_line(result).lower()
+    assert entries(hub, "test/tiny") == []
