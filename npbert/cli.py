@@ -1127,7 +1127,7 @@ def run_fetch(args) -> int:
     if Path(args.model).expanduser().is_dir():
         raise InputError(f"{args.model} is a local directory; fetch takes a Hub repo id")
     if args.quiet:
-        hub.check_timeout_variables()  # which importing huggingface_hub reads
+        hub.check_hub_variables()  # which importing huggingface_hub reads
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()  # huggingface_hub's and npbert's bars alike

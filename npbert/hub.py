@@ -182,11 +182,10 @@ def fetch(
 ) -> Fetched:
     """The checkpoint of a Hub repo, from the cache unless `refresh`, else from the Hub (a
     damaged cached entry is fetched again). local_files_only: from the cache, or an error."""
-    check_timeout_variables()
+    check_hub_variables()
     access = Access(token, cache_dir, local_files_only)
     check_not_url(repo_id)
-    if revision == "":
-        raise InputError("the revision is empty: give a branch, tag or commit, or none for main")
+    check_revision(revision)
     with hub_errors(repo_id, revision, access), quiet_library_logs():
         if not refresh or access.offline:
             cached = from_cache(repo_id, revision, full, access)
@@ -199,6 +198,16 @@ def fetch(
                 "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"
             )
         return download(repo_id, revision, full, access)
+
+
+def check_revision(revision) -> None:
+    """InputError unless revision is None (main) or a branch, tag or commit's name."""
+    if revision is not None and not isinstance(revision, str):
+        raise InputError(
+            f"revision must be a string (a branch, tag or commit), not {type(revision).__name__}"
+        )
+    if revision == "":
+        raise InputError("the revision is empty: give a branch, tag or commit, or none for main")
 
 
 # What follows a repo id in the Hub's web addresses (/ORG/NAME/tree/REVISION/...).
@@ -409,12 +418,22 @@ def not_model_info(repo_id: str, error: Exception) -> InputError:
     )
 
 
-def check_timeout_variables() -> None:
-    """HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT, if set, must be whole numbers of
-    seconds, 1 or more. Checked before huggingface_hub is imported: it reads them with int()
-    on import, so that "1.5" is a ValueError from the import; it takes a negative number,
-    which the HTTP client refuses in the middle of a request, and 0, which it replaces with
-    its default of 10 s."""
+def check_hub_variables() -> None:
+    """The environment variables huggingface_hub reads when it is imported, checked before it
+    is: HF_ENDPOINT, if set, must be an http(s) address (huggingface_hub splits it on import,
+    so that "http://[::1" is a ValueError from the import); HF_HUB_ETAG_TIMEOUT and
+    HF_HUB_DOWNLOAD_TIMEOUT, if set, whole numbers of seconds, 1 or more (it reads them with
+    int() on import, so that "1.5" is a ValueError too; it takes a negative number, which the
+    HTTP client refuses in the middle of a request, and 0, which it replaces with its default
+    of 10 s)."""
+    endpoint = os.environ.get("HF_ENDPOINT")
+    if endpoint is not None:
+        try:
+            parts = urlsplit(endpoint)
+        except ValueError:  # "Invalid IPv6 URL"
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InputError(f"HF_ENDPOINT={endpoint!r} is not an address http(s)://HOST[:PORT]")
     for name in TIMEOUT_VARIABLES:
         value = os.environ.get(name)
         if value is None:

@@ -979,3 +979,19 @@ def test_redirects_in_a_loop_are_a_one_line_error(hub, where):
         return
     assert "redirect" in one_line(result).lower()
     assert entries(hub, "test/tiny") == []
+
+
+@pytest.mark.parametrize("endpoint", ["http://[::1", "127.0.0.1:8080", "", "ftp://127.0.0.1"])
+def test_an_endpoint_that_is_no_address_is_named_in_one_line(hub, endpoint):
+    """huggingface_hub splits HF_ENDPOINT when imported: "http://[::1" was a traceback."""
+    result = hub.run("fetch", "test/tiny", HF_ENDPOINT=endpoint)
+    assert f"HF_ENDPOINT={endpoint!r} is not an address http(s)://HOST[:PORT]" in one_line(result)
+
+
+@pytest.mark.parametrize("revision", [5, b"main"])
+def test_a_revision_that_is_not_a_string_is_named(revision):
+    """5 was blamed on the Hub's answer ("what is not a Hub's model info"), b"main" a
+    TypeError."""
+    message = f"revision must be a string (a branch, tag or commit), not {type(revision).__name__}"
+    with pytest.raises(npbert.InputError, match=re.escape(message)):
+        npbert.load_weights("user/model", revision=revision, local_files_only=True)
