@@ -77,6 +77,18 @@ class NotFound(InputError):
     """The name is neither on the Hub nor in the cache: no such repo, or the Hub unreachable."""
 
 
+class Unreachable(NotFound):
+    """The Hub could not be reached (`reach` says so, with the reason where one is known), and
+    what was asked for is not in the cache."""
+
+    def __init__(self, reach: str, what: str):
+        super().__init__(
+            f"{reach} and {what} is not cached: connect, or set HF_ENDPOINT, and run `npbert "
+            "fetch` once"
+        )
+        self.reach = reach
+
+
 @dataclass(frozen=True)
 class Access:
     """How to reach the Hub and its cache, with huggingface_hub's meanings: token (a string,
@@ -197,7 +209,26 @@ def fetch(
                 f"{at} is not in the cache {access.cache} and the Hub is not to be asked "
                 "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"
             )
-        return download(repo_id, revision, full, access)
+        try:
+            return download(repo_id, revision, full, access)
+        except Unreachable as error:
+            raise unreachable(error, repo_id, revision, full, access) from None
+
+
+def unreachable(error: Unreachable, repo_id, revision, full: bool, access: Access) -> InputError:
+    """The error of a fetch that could not reach the Hub: `error`, or where a copy is cached
+    (fetch asks the Hub for a newer commit first), that the copy still loads."""
+    try:
+        cached = from_cache(repo_id, revision, full, access)
+    except InputError:  # damaged: the fetch that would repair it is what failed
+        cached = None
+    if cached is None:
+        return error
+    at = repo_id + (f" at revision {revision}" if revision else "")
+    return InputError(
+        f"{error.reach}, to check {at} for a newer commit; the copy cached at "
+        f"{cached.source['commit'][:12]} still loads (only `npbert fetch` asks the Hub first)"
+    )
 
 
 def check_revision(revision) -> None:
@@ -400,10 +431,7 @@ def model_info(repo_id: str, revision: str | None, access: Access):
         reason = first_line(error)
         if timed_out(error):
             reason = f"no answer in {first_answer_timeout():g} s; HF_HUB_ETAG_TIMEOUT=S waits S s"
-        raise NotFound(
-            f"cannot reach {constants.ENDPOINT} ({reason}) and {repo_id} is not cached: "
-            "connect, or set HF_ENDPOINT, and run `npbert fetch` once"
-        ) from None
+        raise Unreachable(f"cannot reach {constants.ENDPOINT} ({reason})", repo_id) from None
     except (ValueError, TypeError, AttributeError, KeyError) as error:  # JSON, not an object
         raise not_model_info(repo_id, error) from None
 
@@ -801,10 +829,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
             raise answered(at, error.__cause__) from None
         if isinstance(error.__cause__, network_errors()) and requested_file(error.__cause__):
             raise failed_request(at, error.__cause__) from None
-        raise NotFound(
-            f"cannot reach {constants.ENDPOINT} and {at} is not cached: connect, or set "
-            "HF_ENDPOINT, and run `npbert fetch` once"
-        ) from None
+        raise Unreachable(f"cannot reach {constants.ENDPOINT}", at) from None
     except hf.EntryNotFoundError as error:
         raise InputError(f"{at}: {missing_file(error)} not found") from None
     except hf.HfHubHTTPError as error:

@@ -308,6 +308,12 @@ def test_unreachable_hub_uses_the_cache_or_says_what_to_do_within_10_s(hub, tmp_
     assert "cannot reach http://127.0.0.1:9 (" in line and "test/sharded is not cached" in line
     assert uncached.seconds < 10
     record(f"unreachable Hub (closed port): one-line error after {uncached.seconds:.1f} s")
+    # fetch asks the Hub even for a cached repo: it said "test/tiny is not cached", and to
+    # run the fetch that had just failed
+    commit = snapshot(hub, "test/tiny").name
+    line = one_line(hub.run("fetch", "test/tiny", HF_ENDPOINT=closed))
+    assert "cannot reach http://127.0.0.1:9 (" in line and "not cached" not in line
+    assert f"to check test/tiny for a newer commit; the copy cached at {commit[:12]} still " in line
 
 
 @pytest.mark.parametrize(
