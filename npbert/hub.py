@@ -281,7 +281,7 @@ def from_cache(repo_id: str, revision: str | None, full: bool, access: Access) -
     for directory in candidates:
         entry = directory != snapshot  # npbert's cut of the weights, not the snapshot's own
         if entry:
-            present = directory.is_dir()
+            present = directory.exists() or directory.is_symlink()
         else:
             present = (directory / WEIGHTS_FILE).is_file() or holds_shards(directory, snapshot)
         if not present:
@@ -329,10 +329,16 @@ def entry_damage(entry: Path, snapshot: Path) -> str | None:
     """What is wrong with an npbert-embeddings entry, or None. An entry is renamed into place
     whole, with its weights file and a copy of every small file of the snapshot's, so a file
     missing from it was removed since (by hand, by a cleaning tool)."""
+    if not entry.is_dir():
+        return f"{entry} is not a directory"
     copies = [name for name in SMALL_FILES if (snapshot / name).is_file()]
     missing = [name for name in (WEIGHTS_FILE, *copies) if not (entry / name).is_file()]
     if missing:
         return f"{entry} lacks {', '.join(missing)}"
+    for name in copies:  # cut short, or written over: the snapshot's file is the same commit's
+        size, copied = (snapshot / name).stat().st_size, (entry / name).stat().st_size
+        if copied != size:
+            return f"{entry / name} is {copied:,} bytes, the snapshot's copy {size:,}"
     return damage(entry)
 
 
@@ -614,11 +620,14 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
         for path in stale_temporaries(snapshot.parent):
             shutil.rmtree(path, ignore_errors=True)
         problem = None
-        if target.is_dir():  # cached before, or by another process meanwhile
+        if target.exists() or target.is_symlink():  # cached before, or by another process
             problem = entry_damage(target, snapshot)
             if problem is None:
                 return Fetched(target, source, 0, _weights_size(target), True)
-            shutil.rmtree(target)
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
         with building_directory(target) as building:
             fetched, full_size = _write_embeddings(repo_id, commit, files, config, building, access)
             for name in SMALL_FILES:

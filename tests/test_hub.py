@@ -715,6 +715,13 @@ DAMAGE = {  # someone else's doing, and what the error says of it
     "no weights": (lambda entry: (entry / "model.safetensors").unlink(), "model.safetensors"),
     "no config": (lambda entry: (entry / "config.json").unlink(), "lacks config.json"),
     "no vocab": (lambda entry: (entry / "vocab.txt").unlink(), "lacks vocab.txt"),
+    # a copy cut short gave other tokens, a config cut short an error fetch could not repair
+    "vocab cut": (
+        lambda entry: truncate(entry / "vocab.txt"),
+        "vocab.txt is 167 bytes, the snapshot's copy 334",
+    ),
+    "config cut": (lambda entry: truncate(entry / "config.json"), "config.json is "),
+    "a file in its place": (lambda entry: shutil.rmtree(entry) or entry.write_text(""), "is not a"),
 }
 
 
