@@ -181,8 +181,17 @@ def locate_checkpoint(
             shard = files[name].name
             raise InputError(f"{directory / INDEX_FILE} puts {name} in {shard}, which lacks it")
         stored[key] = describe(files[name], name, *headers[files[name]])
-    check_shapes(stored, model_type, str(directory))
-    return make_config(raw, model_type, {f: t.shape for f, t in stored.items()}, where), stored
+    return checked_config(raw, model_type, stored, str(directory), where), stored
+
+
+def checked_config(
+    raw: dict, model_type: str, stored: dict[str, "StoredTensor"], tensors_at: str, where: str
+) -> EmbeddingConfig:
+    """The config of the tensors `stored` (EmbeddingWeights field -> StoredTensor) under the
+    config.json `raw` (at `where`): InputError where the tensors (at `tensors_at`) disagree
+    with each other or with the config."""
+    check_shapes(stored, model_type, tensors_at)
+    return make_config(raw, model_type, {f: t.shape for f, t in stored.items()}, where)
 
 
 # Output heads that share the word table's values where the config ties them, and that are all

@@ -43,6 +43,8 @@ from npbert.atomic import building_directory
 from npbert.checkpoint import (
     INDEX_FILE,
     WEIGHTS_FILE,
+    checked_config,
+    describe,
     embedding_tensor_names,
     locate_checkpoint,
     no_safetensors,
@@ -746,14 +748,17 @@ def _coalesce(ranges: list[tuple[tuple[int, int], str]]) -> list[list]:
 
 def _locate_embeddings(repo_id, commit, files, config, access) -> tuple[dict, dict, dict]:
     """(field -> tensor name, tensor name -> file, file -> RemoteFile) for the files holding
-    the embedding tensors, each header fetched and checked before any offset in it is used."""
+    the embedding tensors, each header fetched and checked before any offset in it is used,
+    and the tensors' shapes checked against config.json before any of their bytes is
+    fetched (a header that disagrees would cost its whole download, or more memory than
+    there is, before the checkpoint's check refused it)."""
     remotes = {}
     if WEIGHTS_FILE in files:
         remotes[WEIGHTS_FILE] = remote_header(repo_id, WEIGHTS_FILE, commit, access)
         weight_map = dict.fromkeys(remotes[WEIGHTS_FILE].tensors, WEIGHTS_FILE)
     else:
         weight_map = _weight_map(repo_id, commit, files, access)
-    names = embedding_tensors(weight_map, config, repo_id)
+    model_type, names = embedding_tensor_names(config, weight_map, repo_id)
     for shard in sorted({weight_map[n] for n in names.values()}):
         if shard not in remotes:
             remotes[shard] = remote_header(repo_id, shard, commit, access)
@@ -762,6 +767,12 @@ def _locate_embeddings(repo_id, commit, files, config, access) -> tuple[dict, di
         if missing:
             raise InputError(f"{repo_id}/{INDEX_FILE} puts {missing[0]} in {shard}, which lacks it")
         require_floats(remotes[shard].tensors, held, remotes[shard].where)
+    stored = {}
+    for field, name in names.items():
+        remote = remotes[weight_map[name]]
+        stored[field] = describe(Path(weight_map[name]), name, remote.data_start, remote.tensors)
+    at = f"{repo_id} at {commit[:12]}"
+    checked_config(config, model_type, stored, at, f"{repo_id}/config.json at {commit[:12]}")
     return names, weight_map, remotes
 
 

@@ -581,7 +581,9 @@ def tampered_checkpoint(directory: Path, change) -> Path:
     ],
 )
 def test_fetch_refuses_a_config_that_loading_would_refuse(hub, tmp_path, change, message, full):
-    """What fetch reports fetched, load_weights loads: config.json against the tensors."""
+    """What fetch reports fetched, load_weights loads: config.json against the tensors,
+    before any tensor's bytes are asked for (a header that disagrees cost a whole download,
+    or more memory than there is)."""
     directory = tmp_path / "m"
     shutil.copytree(TINY, directory)
     config = json.loads((directory / "config.json").read_text())
@@ -589,6 +591,7 @@ def test_fetch_refuses_a_config_that_loading_would_refuse(hub, tmp_path, change,
     hub.add("test/bad-config", directory)
     result = hub.run("fetch", "test/bad-config", *(["--full"] if full else []))
     assert message in one_line(result)
+    assert full or not any(data_range(*request) for request in hub.requests)
     with pytest.raises(npbert.InputError, match=message):
         npbert.load_weights(directory)
 
