@@ -507,7 +507,6 @@ def _hf_download(repo_id, filename, revision, access: Access, *, small: bool = T
         )
 
 
-@contextmanager
 def still_waiting(filename: str):
     """Log one line if fetching a small file takes longer than its first request may. When
     that request gets no answer and nothing is cached, recent huggingface_hub (not 0.x) retries
@@ -515,23 +514,44 @@ def still_waiting(filename: str):
     from huggingface_hub import constants
 
     after = first_answer_timeout() + 2
-    timer = threading.Timer(
+    return notice_after(
         after,
-        logger.warning,
-        args=(
-            "still waiting for %s from %s after %g s: huggingface_hub retries a request that "
-            "fails or gets no answer, for up to several minutes (Ctrl-C stops)",
-            filename,
-            constants.ENDPOINT,
-            after,
-        ),
+        "still waiting for %s from %s after %g s: huggingface_hub retries a request that "
+        "fails or gets no answer, for up to several minutes (Ctrl-C stops)",
+        filename,
+        constants.ENDPOINT,
+        after,
     )
+
+
+@contextmanager
+def notice_after(seconds: float, message: str, *args):
+    """Log `message % args` as a warning if the block, or the timer it is given, is not done
+    in `seconds`: a wait that shows no sign of life otherwise."""
+    timer = threading.Timer(seconds, logger.warning, args=(message, *args))
     timer.daemon = True
     timer.start()
     try:
-        yield
+        yield timer
     finally:
         timer.cancel()
+
+
+# Seconds the repo's lock may be held by another process before npbert says it is waiting.
+LOCK_NOTICE = 3
+
+
+@contextmanager
+def repo_lock(path: Path, repo_id: str):
+    """The repo's npbert.lock, held for the block; a wait for another process that holds it
+    (fetching the same repo, or stopped with Ctrl-Z) is said after LOCK_NOTICE seconds:
+    huggingface_hub logs it only at INFO, which quiet_library_logs keeps off the terminal."""
+    from huggingface_hub.utils import WeakFileLock
+
+    message = "waiting for another process fetching %s, which holds the lock %s (Ctrl-C stops)"
+    with notice_after(LOCK_NOTICE, message, repo_id, path) as notice, WeakFileLock(path):
+        notice.cancel()
+        yield
 
 
 def embedding_tensors(names: Iterable[str], config: dict, where: str) -> dict[str, str]:
@@ -602,8 +622,6 @@ def _weight_map(repo_id: str, commit: str, files: set[str], access: Access) -> d
 def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access) -> Fetched:
     """Range-fetch the embedding tensors into snapshot/EMBEDDINGS_DIR, atomically, under the
     repo's lock; a cached entry found damaged is replaced."""
-    from huggingface_hub.utils import WeakFileLock
-
     target = snapshot / EMBEDDINGS_DIR
     source = _source(repo_id, revision, commit, True)
     problem = entry_damage(target, snapshot) if target.is_dir() else "missing"
@@ -618,7 +636,7 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
         )
     lock = snapshot.parents[2] / ".locks" / snapshot.parents[1].name / "npbert.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with WeakFileLock(lock):
+    with repo_lock(lock, repo_id):
         for path in stale_temporaries(snapshot.parent):
             shutil.rmtree(path, ignore_errors=True)
         problem = None

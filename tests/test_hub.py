@@ -5,6 +5,7 @@ HF_HOME at a fresh directory, as a user would run it. Each run is bounded in tim
 and so is every fault the server injects (fake_hub.HOLD).
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -1011,3 +1012,23 @@ def test_a_revision_that_is_not_a_string_is_named(revision):
     message = f"revision must be a string (a branch, tag or commit), not {type(revision).__name__}"
     with pytest.raises(npbert.InputError, match=re.escape(message)):
         npbert.load_weights("user/model", revision=revision, local_files_only=True)
+
+
+def test_a_wait_for_another_process_holding_the_repo_lock_is_said(hub):
+    """A fetch of the same repo stopped with Ctrl-Z holds the lock: the second run waited in
+    silence for as long as it was held."""
+    lock = hub.home / "hub" / ".locks" / "models--test--tiny" / "npbert.lock"
+    lock.parent.mkdir(parents=True)
+    held = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as filelock takes it
+    release = threading.Timer(6, os.close, args=(held,))
+    release.start()
+    try:
+        result = hub.run("embed", "x", "--model", "test/tiny")
+    finally:
+        release.cancel()
+    assert result.returncode == 0 and result.seconds >= 6, result.stderr
+    assert result.stderr == (
+        f"npbert: warning: waiting for another process fetching test/tiny, which holds the lock "
+        f"{lock} (Ctrl-C stops)\n"
+    )
