@@ -165,14 +165,6 @@ def identify(raw: dict, tensor_names, where: str) -> str:
         if refused(raw.get(key, default)):
             setting = f"{key}={raw[key]!r}" if key in raw else f"no {key} (default {default!r})"
             raise InputError(f"{where}: {model_type} with {setting} is refused: {why}")
-    kind = raw.get("position_embedding_type", "absolute")
-    if kind != "absolute" and family.positions != "none":  # rotary families have no table
-        raise InputError(
-            f"{where}: position_embedding_type is {kind!r}, refused: transformers 4 left the "
-            "position table out of the layer for any type but 'absolute', transformers 5 adds "
-            "it (it reads no such key), so which layer the checkpoint was trained with is not "
-            "known; npbert implements learned absolute positions"
-        )
     return model_type
 
 
@@ -290,6 +282,8 @@ def make_config(
     }
     if "token_type_embeddings" not in family.tensors:  # Funnel's (3) are used in attention
         del stated["type_vocab_size"]
+    if family.projection is None:  # a key only the families with a projection read
+        del stated["embedding_size"]
     for key, size in stated.items():
         value = _integer(raw, key, where)
         if value is not None and size is not None and value != size:

@@ -105,11 +105,35 @@ def deberta_formula(config) -> str:
     return f"LayerNorm({x}) * attention_mask"
 
 
-ROBERTA = {"positions": "padded", "pad_default": 1}
+def not_absolute(value) -> bool:
+    return value != "absolute"
+
+
+# The families whose transformers 4 layer read position_embedding_type (BERT's and its
+# copies': `if self.position_embedding_type == "absolute": embeddings += position_embeddings`).
+# transformers 5 reads no such key and always adds the table. Longformer and BigBird stored the
+# key but added the table whatever it said; the other families never read it.
+ABSOLUTE_ONLY = {
+    "position_embedding_type": (
+        "absolute",
+        not_absolute,
+        "transformers 4 left the position table out of this layer for any type but "
+        "'absolute' (null too), transformers 5 adds it, so which layer the checkpoint was "
+        "trained with is not known; npbert implements learned absolute positions",
+    )
+}
+ROBERTA = {"positions": "padded", "pad_default": 1, "refuse": ABSOLUTE_ONLY}
 ROBERTA_FORMULA = "LayerNorm((W + T) + P), P at padding_idx + 1 + (real tokens before)"
 
 FAMILIES: dict[str, Family] = {
-    "bert": Family(embedding.bert, "LayerNorm((W + T) + P)", "bert", BERT, vocab_txt=True),
+    "bert": Family(
+        embedding.bert,
+        "LayerNorm((W + T) + P)",
+        "bert",
+        BERT,
+        vocab_txt=True,
+        refuse=ABSOLUTE_ONLY,
+    ),
     "ernie": Family(
         embedding.bert,
         "LayerNorm((W + T) + P)",
@@ -118,6 +142,7 @@ FAMILIES: dict[str, Family] = {
         vocab_txt=True,
         refuse={
             "use_task_id": (False, truthy, "it adds task-type embeddings, which npbert lacks"),
+            **ABSOLUTE_ONLY,
         },
     ),
     "squeezebert": Family(
@@ -131,7 +156,7 @@ FAMILIES: dict[str, Family] = {
         "LayerNorm((W + P) + T), P at padding_idx + 1 + (real tokens before)",
         "longformer",
         BERT,
-        **ROBERTA,
+        **ROBERTA | {"refuse": {}},
     ),
     "big_bird": Family(
         embedding.big_bird,
@@ -159,6 +184,7 @@ FAMILIES: dict[str, Family] = {
         BERT | projection("encoder.embedding_hidden_mapping_in"),
         projection="after",
         projection_always=True,
+        refuse=ABSOLUTE_ONLY,
     ),
     "electra": Family(
         embedding.bert,
@@ -169,6 +195,7 @@ FAMILIES: dict[str, Family] = {
         formula_of=projected_after("LayerNorm((W + T) + P) at width E"),
         sizes=(256, 128),  # ElectraConfig's: a small model's, projected
         vocab_txt=True,
+        refuse=ABSOLUTE_ONLY,
     ),
     "roformer": Family(
         embedding.roformer,
@@ -269,8 +296,7 @@ NOMIC_CONTRASTORS = replace(
     hidden_key="n_embd",
     max_length_key="n_positions",
     optional={"token_type_embeddings": ("type_vocab_size", 2)},
-    refuse={
-        "prenorm": (False, truthy, "its emb_ln is applied in the first layer, not to W + T"),
+    refuse={  # (prenorm changes the layers only: emb_ln(W + T) comes first either way)
         # its NomicBertConfig's default is 0.0: a learned position table, not rotary positions
         "rotary_emb_fraction": (
             0.0,

@@ -129,7 +129,7 @@ def test_pickle_only_checkpoint_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"position_embedding_type": "relative_key"}, "position_embedding_type is 'relative_key'"),
+        ({"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key' is"),
         ({"vocab_size": 1000}, r"vocab_size is 1000, but the tensors have 87"),
         ({"max_position_embeddings": 512}, r"max_position_embeddings is 512, but the tensors have"),
         ({"type_vocab_size": 3}, r"type_vocab_size is 3, but the tensors have 2"),

@@ -95,8 +95,8 @@ def test_config_that_is_not_an_object_is_refused(tmp_path, config, message):
         ({"model_type": "ernie", "use_task_id": 1}, "ernie with use_task_id=1 is refused"),
         (
             {"position_embedding_type": "relative_key"},
-            "position_embedding_type is 'relative_key', refused: transformers 4 left the position "
-            "table out of the layer for any type but 'absolute', transformers 5 adds it",
+            "bert with position_embedding_type='relative_key' is refused: transformers 4 left the "
+            "position table out of this layer for any type but 'absolute'",
         ),
     ],
 )
@@ -111,7 +111,7 @@ def test_a_null_position_embedding_type_is_refused_as_unclear(tmp_path):
     """transformers 4 read null as a type other than 'absolute', and left the table out."""
     config = json.loads((TINY / "config.json").read_text()) | {"position_embedding_type": None}
     checkpoint(tmp_path, config=config)
-    with pytest.raises(InputError, match="position_embedding_type is None, refused"):
+    with pytest.raises(InputError, match="position_embedding_type=None is refused"):
         npbert.load_weights(tmp_path)
 
 
@@ -127,13 +127,11 @@ NOMIC = TINY.parent / "tiny-nomic-bert"
         ({"rotary_emb_fraction": "1.0"}, "rotary_emb_fraction='1.0' is refused"),
         ({"rotary_emb_fraction": True}, "rotary_emb_fraction=True is refused"),
         ({"rotary_emb_fraction": None}, r"no rotary_emb_fraction \(default 0.0\) is refused"),
-        ({"prenorm": True}, "prenorm=True is refused: its emb_ln is applied in the first layer"),
-        ({"prenorm": 1}, "prenorm=1 is refused"),
     ],
 )
 def test_nomic_bert_settings_that_change_the_layer_are_refused(tmp_path, changes, message):
-    """NomicBertConfig's defaults are rotary_emb_fraction=0.0 (a learned position table,
-    which npbert does not read) and prenorm=False: config.json's silence means those."""
+    """NomicBertConfig's default is rotary_emb_fraction=0.0 (a learned position table, which
+    npbert does not read): config.json's silence means that."""
     shutil.copytree(NOMIC, tmp_path, dirs_exist_ok=True)
     raw = json.loads((NOMIC / "config.json").read_text())
     raw = {key: value for key, value in (raw | changes).items() if value is not None}
@@ -142,14 +140,18 @@ def test_nomic_bert_settings_that_change_the_layer_are_refused(tmp_path, changes
         npbert.load_weights(tmp_path)
 
 
-def test_nomic_bert_with_rotary_positions_and_post_norm_loads(tmp_path):
+@pytest.mark.parametrize("changes", [{"rotary_emb_fraction": 0.5}, {"prenorm": True}, {}])
+def test_nomic_bert_with_rotary_positions_loads_pre_or_post_norm(tmp_path, changes):
+    """prenorm was refused as if emb_ln moved into the first layer: in nomic's code
+    (NomicBertModel.forward) emb_ln(W + T) comes first either way, and prenorm changes the
+    blocks after it."""
     shutil.copytree(NOMIC, tmp_path, dirs_exist_ok=True)
     raw = json.loads((NOMIC / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(raw | {"rotary_emb_fraction": 0.5}))
-    assert npbert.load_weights(tmp_path).config.model_type == "nomic_bert"
     raw.pop("prenorm")  # False by default
-    (tmp_path / "config.json").write_text(json.dumps(raw))
-    assert npbert.load_weights(tmp_path).config.model_type == "nomic_bert"
+    (tmp_path / "config.json").write_text(json.dumps(raw | changes))
+    ids = np.array([[1, 2, 3]])
+    expected = npbert.embed(npbert.load_weights(NOMIC), ids)
+    np.testing.assert_array_equal(npbert.embed(npbert.load_weights(tmp_path), ids), expected)
 
 
 NOMIC_TRANSFORMERS = TINY.parent / "tiny-nomic-bert-transformers"
@@ -240,8 +242,49 @@ def test_a_relative_position_type_is_no_reason_to_refuse_a_layer_without_positio
 
 def test_without_model_type_bert_is_checked_as_bert_is(tmp_path):
     checkpoint(tmp_path, {"model_type": None, "position_embedding_type": "relative_key"})
-    with pytest.raises(InputError, match="position_embedding_type is 'relative_key'"):
+    with pytest.raises(InputError, match="position_embedding_type='relative_key' is refused"):
         npbert.load_weights(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["tiny-longformer", "tiny-big-bird", "tiny-squeezebert", "tiny-distilbert", "tiny-mpnet",
+     "tiny-deberta", "tiny-deberta-v2"],
+)  # fmt: skip
+def test_a_position_type_the_family_never_read_changes_nothing(tmp_path, name):
+    """Refused in every family with a position table, as BERT's must be: transformers 4's
+    Longformer and BigBird stored the key but added the table whatever it said, the others
+    never read it, and transformers 5 reads it nowhere."""
+    from conftest import DATA
+
+    shutil.copytree(DATA / name, tmp_path / "m")
+    ids = np.array([[1, 2, 3]])
+    expected = npbert.embed(npbert.load_weights(DATA / name), ids)
+    for kind in ("relative_key", None):
+        config = json.loads((DATA / name / "config.json").read_text())
+        config["position_embedding_type"] = kind
+        (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+        embedded = npbert.embed(npbert.load_weights(tmp_path / "m"), ids)
+        np.testing.assert_array_equal(embedded, expected)
+
+
+@pytest.mark.parametrize("name", ["tiny-bert", "tiny-roberta", "tiny-distilbert", "tiny-funnel"])
+def test_an_embedding_size_the_family_never_reads_changes_nothing(tmp_path, name):
+    """A stray embedding_size (left by a conversion tool) was held to the tables' width in
+    every family; only those with a projection (ALBERT, ELECTRA, RoFormer, DeBERTa) read it."""
+    from conftest import DATA
+
+    shutil.copytree(DATA / name, tmp_path / "m")
+    config = json.loads((DATA / name / "config.json").read_text()) | {"embedding_size": 3}
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    ids = np.array([[1, 2, 3]])
+    expected = npbert.embed(npbert.load_weights(DATA / name), ids)
+    np.testing.assert_array_equal(npbert.embed(npbert.load_weights(tmp_path / "m"), ids), expected)
+    electra = json.loads((DATA / "tiny-electra" / "config.json").read_text())
+    shutil.copytree(DATA / "tiny-electra", tmp_path / "e")
+    (tmp_path / "e" / "config.json").write_text(json.dumps(electra | {"embedding_size": 3}))
+    with pytest.raises(InputError, match="embedding_size is 3, but the tensors have"):
+        npbert.load_weights(tmp_path / "e")
 
 
 @pytest.mark.parametrize("rescale", [True, False])
