@@ -94,6 +94,19 @@ class Embed:
         return {**batch, **split, "lengths": lengths}
 
 
+def pinned_revision(model, revision: str | None) -> str | None:
+    """The commit a Hub repo's revision (default: main) names, as this process resolves it
+    (from its cache, else the Hub), for every actor to load: an actor resolving a branch
+    itself could find another commit, an older one in its node's cache or one pushed since.
+    A path (which names a directory on the actors' nodes, perhaps not this one's) is left to
+    the actors, with the revision as given."""
+    from npbert.hub import resolve
+
+    if not isinstance(model, str) or model.startswith((".", "/", "~")):
+        return revision
+    return resolve(model, revision=revision)[1].get("commit", revision)
+
+
 def _records(batch: dict[str, np.ndarray]) -> list[Record]:
     texts = batch["text"]
     if isinstance(texts, str | bytes):  # iterated, its characters would be the texts
@@ -127,11 +140,13 @@ def embed_dataset(
 ):
     """The Dataset with each text's embeddings (see Embed), computed by `actors` actors
     (default: as many as the cluster has CPUs for) of `cpus_per_actor` CPUs each, on batches
-    of `batch_size` texts. Order follows the input where the DataContext preserves it."""
+    of `batch_size` texts. Order follows the input where the DataContext preserves it. A Hub
+    repo's revision is resolved here, once (see pinned_revision)."""
     from npbert.stream import check_settings
 
     ray = _ray()
     check_settings(dtype, truncation)
+    revision = pinned_revision(model, revision)
     batch_size = check_count("batch_size", batch_size)
     if isinstance(cpus_per_actor, bool) or not (
         isinstance(cpus_per_actor, int | float) and 0 < cpus_per_actor < math.inf
@@ -434,8 +449,10 @@ def embed_corpus_on_ray(
 
     embedder = Embedder.from_pretrained(model, revision=revision, full=full)  # for the index
     settings = corpus_settings(embedder, source, input_format, shard_bytes, truncation, dtype)
+    # the actors load the commit the index records (see pinned_revision)
+    commit = embedder.weights.source.get("commit", revision)
     engine = RayEngine(
-        model, revision=revision, full=full, truncation=truncation, dtype=dtype,
+        model, revision=commit, full=full, truncation=truncation, dtype=dtype,
         workers=workers, address=address,
     )  # fmt: skip
     return run_job(settings, directory, engine, resume=resume, progress=progress)

@@ -546,3 +546,34 @@ def test_embed_dataset_checks_its_options_before_ray_sees_them(options, message)
 
     with pytest.raises(npbert.InputError, match=re.escape(message)):
         npbert.ray.embed_dataset(None, TINY, **{"actors": 1, **options})
+
+
+def test_actors_load_the_commit_the_driver_resolved(tmp_path, monkeypatch):
+    """Each actor resolved the revision (main) itself: one whose node had an older main
+    cached, or that started after a push, embedded with other weights than the index's
+    commit says, silently."""
+    import dataclasses
+
+    import npbert.hub
+    import npbert.ray as engine
+    import npbert.stream
+
+    weights = npbert.load_weights(TINY)
+    pinned = dataclasses.replace(weights, source={"model": "org/m", "commit": "c0ffee" * 6})
+    embedder = npbert.Embedder.from_pretrained(TINY)
+    monkeypatch.setattr(embedder, "weights", pinned, raising=False)
+    monkeypatch.setattr(npbert.Embedder, "from_pretrained", lambda *a, **k: embedder)
+    monkeypatch.setattr(npbert.stream, "run_job", lambda settings, out, job, **k: job)
+    (tmp_path / "c.txt").write_text("a b\n")
+    job = engine.embed_corpus_on_ray("org/m", tmp_path / "c.txt", tmp_path / "out")
+    assert job.revision == "c0ffee" * 6
+
+    class Dataset:
+        def map_batches(self, function, fn_constructor_kwargs, **options):
+            return fn_constructor_kwargs
+
+    monkeypatch.setattr(npbert.hub, "resolve", lambda model, revision: (TINY, pinned.source))
+    kwargs = engine.embed_dataset(Dataset(), "org/m", actors=1)
+    assert kwargs["revision"] == "c0ffee" * 6
+    # a path names a directory on the actors' nodes, which the driver need not have
+    assert engine.embed_dataset(Dataset(), "/on/the/nodes", actors=1)["revision"] is None
