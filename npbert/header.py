@@ -14,8 +14,9 @@ asked for, so npbert checks the same before it trusts an offset.
 
 The JSON itself is read as safetensors reads it, with Rust's serde_json, which is stricter than
 Python's json: UTF-8 only (no byte-order mark), no NaN or Infinity, no number beyond float64,
-no unpaired surrogate escape, at most 127 levels of nesting, and a field of an entry, or
-__metadata__, given once. Like safetensors, npbert takes fields of an entry it does not know
+no unpaired surrogate escape, at most 127 levels of nesting, a field of an entry, or
+__metadata__, given once, and every entry of a tensor given twice well-formed (the last
+counts). Like safetensors, npbert takes fields of an entry it does not know
 and a null __metadata__.
 """
 
@@ -126,6 +127,10 @@ class JsonObject(dict):
         for key, _ in pairs:
             (repeated if key in seen else seen).add(key)
         self.duplicates = frozenset(repeated)
+        # (key, value) of each pair a later one of the same key replaced: serde_json reads
+        # every value of a repeated key of a map (the tensors), and refuses one malformed
+        last = {key: i for i, (key, _) in enumerate(pairs)}
+        self.shadowed = [pair for i, pair in enumerate(pairs) if i != last[pair[0]]]
 
 
 def _refuse_constant(name: str):
@@ -139,9 +144,12 @@ def _float64(text: str) -> float:
     return value
 
 
-def _serde_int(text: str) -> int:
-    """An integer as serde_json reads it: a u64 or i64, else a float64, which must be finite."""
+def _serde_int(text: str) -> int | float:
+    """An integer as serde_json reads it: a u64 or i64, else a float64, which must be finite;
+    -0 is the float -0.0 (so not a size)."""
     value = int(text)
+    if value == 0 and text.startswith("-"):
+        return -0.0
     if not -(1 << 63) <= value < U64:
         try:
             float(value)
@@ -175,6 +183,9 @@ def validate(entries: dict, data_length: int, where: str) -> dict[str, TensorHea
     """Parsed header entries (name -> {"dtype", "shape", "data_offsets"}) checked as
     safetensors checks a file: each entry well-formed, its byte length its shape times its
     dtype's size, and the entries, sorted by offset, covering [0, data_length) exactly."""
+    for name, entry in getattr(entries, "shadowed", ()):  # replaced, but read: well-formed
+        if name != "__metadata__":
+            _fields(name, entry, where)
     tensors = {name: _entry(name, entry, where) for name, entry in entries.items()}
     position = 0
     for name, tensor in sorted(tensors.items(), key=lambda item: item[1].data_offsets):
@@ -190,21 +201,27 @@ def validate(entries: dict, data_length: int, where: str) -> dict[str, TensorHea
     return tensors
 
 
-def _entry(name: str, entry, where: str) -> TensorHeader:
-    """One header entry as a TensorHeader, its offsets and size consistent in itself."""
+def _fields(name: str, entry, where: str) -> tuple[str, list, list]:
+    """(dtype, shape, data_offsets) of one header entry, each of its type."""
     if not isinstance(entry, dict) or not set(FIELDS) <= set(entry):  # others are ignored
         raise InputError(f"{where}: {name} needs dtype, shape and data_offsets")
     repeated = set(FIELDS) & getattr(entry, "duplicates", set())
     if repeated:
         raise InputError(f"{where}: {name} gives {' and '.join(sorted(repeated))} twice")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise InputError(f"{where}: {name} has unknown dtype {dtype!r}")
     if not _naturals(shape) or not _naturals(offsets) or len(offsets) != 2:
         raise InputError(
             f"{where}: {name} needs a shape of integers >= 0 and two data_offsets, "
             f"got shape {shape!r}, data_offsets {offsets!r}"
         )
+    return dtype, shape, offsets
+
+
+def _entry(name: str, entry, where: str) -> TensorHeader:
+    """One header entry as a TensorHeader, its offsets and size consistent in itself."""
+    dtype, shape, offsets = _fields(name, entry, where)
     begin, end = offsets
     if end < begin:
         raise InputError(f"{where}: {name} has reversed data_offsets [{begin}, {end})")

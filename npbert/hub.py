@@ -370,9 +370,12 @@ def _weights_size(directory: Path) -> int:
         with safe_open(single, framework="numpy") as f:
             recorded = (f.metadata() or {}).get("npbert", "{}")
         try:
-            return int(json.loads(recorded)["full_bytes"])
-        except (*JSON_ERRORS, TypeError, KeyError):  # a file npbert did not cut: its own size
-            return single.stat().st_size
+            full = json.loads(recorded)["full_bytes"]
+        except (*JSON_ERRORS, TypeError, KeyError):
+            full = None
+        size = single.stat().st_size
+        # a record npbert wrote, or a file npbert did not cut (its own record, or none): its size
+        return full if type(full) is int and full >= size else size
     shards = set(read_index(directory / INDEX_FILE).values())  # checked by damage() before
     return sum((directory / s).stat().st_size for s in shards if (directory / s).is_file())
 

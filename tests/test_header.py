@@ -50,6 +50,16 @@ def zero_sized(*shape):
     return lambda header: header.update(z=tensor)
 
 
+def first_given(name: str, entry: bytes):
+    """The header with an entry for `name` before its own: two of one key."""
+    return text(lambda raw: b'{"' + name.encode() + b'": ' + entry + b", " + raw[1:])
+
+
+def zero_sized_text(fields: bytes):
+    """An F32 tensor of no bytes whose shape and offsets are `fields`, as JSON text."""
+    return text(lambda raw: b'{"z": {"dtype": "F32", ' + fields + b"}, " + raw[1:])
+
+
 CASES = {  # a change to TINY's header (None: none) and the data buffer's length change
     "as stored": (None, 0),
     "reversed offsets": (entry(WORD, data_offsets=[29056, 17920]), 0),
@@ -92,6 +102,16 @@ CASES = {  # a change to TINY's header (None: none) and the data buffer's length
     "shape past u64": (zero_sized(0, 2**64), 0),
     "elements past u64 before a 0": (zero_sized(2**40, 2**40, 0), 0),
     "elements past u64 after a 0": (zero_sized(0, 2**40, 2**40), 0),
+    # found by fuzzing the Hub's path, which has only this check: a traceback, or taken
+    "dtype a list": (entry(WORD, dtype=["F32"]), 0),
+    "dtype an object": (entry(WORD, dtype={"a": 1}), 0),
+    "a tensor given twice, the first malformed": (first_given(WORD, b'{"bogus": 1}'), 0),
+    "a tensor given twice, the first of another size": (
+        first_given(WORD, b'{"dtype": "F32", "shape": [1], "data_offsets": [0, 999]}'),
+        0,
+    ),
+    "a shape of -0": (zero_sized_text(b'"shape": [-0], "data_offsets": [0, 0]'), 0),
+    "data_offsets of -0": (zero_sized_text(b'"shape": [0], "data_offsets": [-0, 0]'), 0),
 }
 
 

@@ -553,6 +553,7 @@ TAMPERED = {  # how the header is changed, what the error says
     "i32": (with_word(dtype="I32"), "is I32; npbert reads"),
     "f64": (with_word(dtype="F64", shape=[87, 16]), "is F64; npbert reads"),
     "unknown-dtype": (with_word(dtype="F12"), "unknown dtype 'F12'"),
+    "dtype-a-list": (with_word(dtype=["F32"]), "unknown dtype ['F32']"),  # was a TypeError
     "overlapping": (with_word(data_offsets=[17664, 28800]), "overlaps the tensor before it"),
 }
 
@@ -1032,3 +1033,19 @@ def test_a_wait_for_another_process_holding_the_repo_lock_is_said(hub):
         f"npbert: warning: waiting for another process fetching test/tiny, which holds the lock "
         f"{lock} (Ctrl-C stops)\n"
     )
+
+
+@pytest.mark.parametrize("record", ['{"full_bytes": 1e400}', '{"full_bytes": -5}', "[]"])
+def test_a_full_file_with_an_npbert_record_it_did_not_write_loads(hub, tmp_path, record):
+    """The record of the size an embedding-only file was cut from was trusted in any file:
+    1e400 was an OverflowError on every load from the cache, -5 a size of -5 bytes."""
+    directory = tmp_path / "m"
+    shutil.copytree(TINY, directory)
+    save_file(load_file(TINY / "model.safetensors"), directory / "model.safetensors",
+              metadata={"npbert": record})  # fmt: skip
+    hub.add("test/record", directory)
+    assert hub.run("fetch", "test/record", "--full").returncode == 0
+    assert hub.run("fetch", "test/record", "--full", "--offline").returncode == 0  # cached
+    code = "from npbert.hub import fetch; print(fetch('test/record', full=True).full_bytes)"
+    cached = hub.python(code, HF_HUB_OFFLINE="1")
+    assert cached.stdout == f"{(directory / 'model.safetensors').stat().st_size}\n", cached.stderr
