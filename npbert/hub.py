@@ -428,13 +428,14 @@ def model_info(repo_id: str, revision: str | None, access: Access):
     unreachable Hub, or one that never answers, is reported at once. (huggingface_hub's
     downloads retry a first request that fails, for up to several minutes.)"""
     from huggingface_hub import HfApi, constants
-    from huggingface_hub.utils import HfHubHTTPError
+    from huggingface_hub.utils import HFValidationError, HfHubHTTPError
 
     try:
         return HfApi().model_info(
             repo_id, revision=revision, token=access.token, timeout=first_answer_timeout()
         )
-    except HfHubHTTPError:  # an answer; in 0.x it is one of requests' errors too
+    except (HfHubHTTPError, HFValidationError):  # an answer (in 0.x one of requests' errors
+        # too), or a repo id refused before any request (a ValueError): hub_errors says which
         raise
     except json.JSONDecodeError as error:  # before network_errors: requests' is one of them
         raise not_model_info(repo_id, error) from None

@@ -430,6 +430,9 @@ def test_a_repo_whose_index_is_wrong_says_so_on_every_run(hub, repo, message):
 def test_hub_errors_are_one_line_with_exit_2(hub, repo, env, message):
     result = hub.run("embed", "x", "--model", repo, **env)
     assert message in one_line(result)
+    if repo == "not a repo!":  # fetch skips the cache: it was "... is HF_ENDPOINT a Hub?"
+        assert message in one_line(hub.run("fetch", repo))
+        assert hub.requests == []
     # a name that matched nothing may be a mistyped directory: say that there is none
     nowhere = "not found on" in message or "cannot reach" in message
     assert nowhere == (f"no local directory named {repo} exists either" in result.stderr)
