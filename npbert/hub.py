@@ -104,6 +104,9 @@ class Access:
     def __post_init__(self):
         if self.cache_dir is not None and not check_path("cache_dir", self.cache_dir):
             raise InputError("the cache directory is empty: give one, or none for HF_HUB_CACHE")
+        if self.cache_dir is not None:  # ~ expanded once, for every call: hf_hub_download
+            # expands it, try_to_load_from_cache does not, and a cached model was not found
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
         if not (self.token is None or isinstance(self.token, str | bool)):
             raise InputError(
                 f"token must be a string, True for the saved one or False for none, not "
@@ -122,7 +125,7 @@ class Access:
     def cache(self) -> Path:
         from huggingface_hub import constants
 
-        return Path(self.cache_dir or constants.HF_HUB_CACHE).expanduser()
+        return self.cache_dir or Path(constants.HF_HUB_CACHE).expanduser()
 
 
 @dataclass(frozen=True)
@@ -428,7 +431,7 @@ def model_info(repo_id: str, revision: str | None, access: Access):
     unreachable Hub, or one that never answers, is reported at once. (huggingface_hub's
     downloads retry a first request that fails, for up to several minutes.)"""
     from huggingface_hub import HfApi, constants
-    from huggingface_hub.utils import HFValidationError, HfHubHTTPError
+    from huggingface_hub.utils import HfHubHTTPError, HFValidationError
 
     try:
         return HfApi().model_info(

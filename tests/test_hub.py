@@ -1052,3 +1052,17 @@ def test_a_full_file_with_an_npbert_record_it_did_not_write_loads(hub, tmp_path,
     code = "from npbert.hub import fetch; print(fetch('test/record', full=True).full_bytes)"
     cached = hub.python(code, HF_HUB_OFFLINE="1")
     assert cached.stdout == f"{(directory / 'model.safetensors').stat().st_size}\n", cached.stderr
+
+
+def test_a_cache_dir_given_with_a_tilde_is_found_again(hub, tmp_path):
+    """huggingface_hub expands ~ where it writes and not where npbert looked a model up: a
+    fetched model was "not in the cache" offline, and asked for on every load online."""
+    home = tmp_path / "home"
+    home.mkdir()
+    assert hub.run("fetch", "test/tiny", "--cache-dir", "~/c", HOME=str(home)).returncode == 0
+    assert (home / "c" / "models--test--tiny").is_dir()
+    hub.reset_counts()
+    code = "import npbert; npbert.load_weights('test/tiny', cache_dir='~/c')"
+    assert hub.python(code, HOME=str(home)).returncode == 0 and hub.requests == []
+    offline = hub.run("fetch", "test/tiny", "--cache-dir", "~/c", "--offline", HOME=str(home))
+    assert "already cached" in offline.stdout, offline.stderr
