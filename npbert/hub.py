@@ -504,14 +504,22 @@ def _hf_download(repo_id, filename, revision, access: Access, *, small: bool = T
     from huggingface_hub import hf_hub_download
 
     with still_waiting(filename) if small else nullcontext():
-        return hf_hub_download(
-            repo_id,
-            filename,
-            revision=revision,
-            token=access.token,
-            cache_dir=access.cache_dir,
-            etag_timeout=first_answer_timeout(),
-        )
+        try:
+            return hf_hub_download(
+                repo_id,
+                filename,
+                revision=revision,
+                token=access.token,
+                cache_dir=access.cache_dir,
+                etag_timeout=first_answer_timeout(),
+            )
+        except ValueError as error:  # the commit the server named would leave the snapshots
+            if "pointer path" not in str(error):  # (huggingface_hub's own words)
+                raise
+            raise InputError(
+                f"{repo_id}: the answer for {filename} names a commit that is not a commit's "
+                f"name ({first_line(error)}); nothing was cached"
+            ) from None
 
 
 def still_waiting(filename: str):
@@ -866,12 +874,16 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
             f"token with {PASS_A_TOKEN})"
         ) from None
     except hf.RevisionNotFoundError:
-        raise InputError(f"{repo_id}: revision {revision!r} not found") from None
+        raise InputError(f"{repo_id}: revision {revision or 'main'!r} not found") from None
+    except hf.FileMetadataError as error:  # an OSError: before the disk's
+        raise stripped_answer(error) from None
     except (hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled) as error:  # before their
         # base class. huggingface_hub 0.x raises LocalEntryNotFoundError for any failed
         # request of a file not cached, an answer from the Hub included.
         if isinstance(error.__cause__, hf.HfHubHTTPError):
             raise answered(at, error.__cause__) from None
+        if isinstance(error.__cause__, hf.FileMetadataError):
+            raise stripped_answer(error.__cause__) from None
         if isinstance(error.__cause__, network_errors()) and requested_file(error.__cause__):
             raise failed_request(at, error.__cause__) from None
         raise Unreachable(f"cannot reach {constants.ENDPOINT}", at) from None
@@ -893,6 +905,17 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
             raise
         where = error.filename or access.cache
         raise cache_write_error(where, error.strerror, error.errno) from None
+
+
+def stripped_answer(error: Exception) -> InputError:
+    """huggingface_hub's FileMetadataError: the answer for a file lacked the headers the Hub
+    sends (its ETag, the commit), which a proxy between here and the Hub may remove."""
+    from huggingface_hub import constants
+
+    return InputError(
+        f"{constants.ENDPOINT} answered without the headers a Hub sends ({first_line(error)}): "
+        "is a proxy removing them, or HF_ENDPOINT not a Hub?"
+    )
 
 
 def missing_file(error) -> str:

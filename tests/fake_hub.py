@@ -43,6 +43,10 @@ FAULTS = {
     "list_200": "answer 200 with JSON that is not an object: []",
     "redirect_loop": "answer 302 Found, to the address asked for",
     "changed_etag": "answer with another ETag, as for a file replaced since the last request",
+    "no_etag": "answer without an ETag header (a proxy that strips it)",
+    "no_commit": "answer without an X-Repo-Commit header",
+    "path_commit": "answer with X-Repo-Commit ../../outside, a path, not a commit",
+    "no_revision": "answer 404 RevisionNotFound, as for a repo without the branch asked for",
 }
 
 
@@ -136,6 +140,8 @@ def make_handler(hub: FakeHub):
                 return self.error(503, "ServiceUnavailable", "injected fault")
             if self.fault == "error_429":
                 return self.error(429, None, "injected fault", retry_after=1)
+            if self.fault == "no_revision":
+                return self.error(404, "RevisionNotFound", "Invalid rev id")
             if self.fault == "redirect_loop":
                 return self.send(302, b"", {"Location": self.path}, body)
             if self.fault in ("html_200", "list_200"):
@@ -192,7 +198,11 @@ def make_handler(hub: FakeHub):
                 return self.error(404, "EntryNotFound", f"{filename} does not exist", commit)
             size = path.stat().st_size
             etag = '"changed"' if self.fault == "changed_etag" else hub.etag(path)
+            commit = "../../outside" if self.fault == "path_commit" else commit
             headers = {"X-Repo-Commit": commit, "ETag": etag, "Accept-Ranges": "bytes"}
+            for name, fault in (("ETag", "no_etag"), ("X-Repo-Commit", "no_commit")):
+                if self.fault == fault:
+                    del headers[name]
             wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
             start, end, status = 0, size, 200
             if wanted and not hub.ignore_range:

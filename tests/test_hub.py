@@ -1066,3 +1066,22 @@ def test_a_cache_dir_given_with_a_tilde_is_found_again(hub, tmp_path):
     assert hub.python(code, HOME=str(home)).returncode == 0 and hub.requests == []
     offline = hub.run("fetch", "test/tiny", "--cache-dir", "~/c", "--offline", HOME=str(home))
     assert "already cached" in offline.stdout, offline.stderr
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [  # a traceback, or "cannot reach ... not cached" though the Hub had just answered
+        ("path_commit", "the answer for config.json names a commit that is not a commit's name"),
+        ("no_etag", "answered without the headers a Hub sends ("),
+        ("no_commit", "answered without the headers a Hub sends ("),
+    ],
+)
+def test_an_answer_for_a_file_that_is_not_a_hubs_is_named(hub, kind, message):
+    hub.faults.append(Fault(kind, config_head, times=10))
+    assert message in one_line(hub.run("fetch", "test/tiny"))
+    assert not (hub.home / "hub" / "outside").exists()
+
+
+def test_a_missing_default_branch_is_named_main(hub):
+    hub.faults.append(Fault("no_revision", model_info))
+    assert "test/tiny: revision 'main' not found" in one_line(hub.run("fetch", "test/tiny"))
