@@ -354,12 +354,18 @@ def damage(directory: Path) -> str | None:
     if (directory / WEIGHTS_FILE).is_file():
         return damage_of_file(directory / WEIGHTS_FILE)
     try:
-        shards = sorted(set(read_index(directory / INDEX_FILE).values()))
+        weight_map = read_index(directory / INDEX_FILE)
     except InputError as error:  # as holds_shards reads it
         return str(error)
+    try:  # the shards holding the embeddings: another (which transformers, sharing the
+        # cache, may have left damaged) is neither read nor repaired by `fetch --full`
+        names = embedding_tensors(weight_map, read_config(directory), INDEX_FILE).values()
+        shards = sorted({weight_map[name] for name in names})
+    except InputError:  # the config's problem, named when it loads: every shard for now
+        shards = sorted(set(weight_map.values()))
     for shard in shards:
         problem = damage_of_file(directory / shard) if (directory / shard).is_file() else None
-        if problem is not None:  # a shard not holding embeddings is not fetched: absent
+        if problem is not None:
             return problem
     return None
 

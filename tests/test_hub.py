@@ -1085,3 +1085,15 @@ def test_an_answer_for_a_file_that_is_not_a_hubs_is_named(hub, kind, message):
 def test_a_missing_default_branch_is_named_main(hub):
     hub.faults.append(Fault("no_revision", model_info))
     assert "test/tiny: revision 'main' not found" in one_line(hub.run("fetch", "test/tiny"))
+
+
+def test_a_damaged_shard_without_embeddings_does_not_block_loads(hub):
+    """A shard npbert neither reads nor fetches (transformers, sharing the cache, may have
+    left it damaged) made every load 'damaged: run npbert fetch --full', and that fetch
+    repaired only the shards it reads: the same error forever."""
+    assert hub.run("fetch", "test/sharded", "--full").returncode == 0
+    other = snapshot(hub, "test/sharded") / "model-00001-of-00002.safetensors"
+    other.write_bytes(b"\0" * 100)
+    for argv in (["--full"], []):
+        result = hub.run("embed", "x", "--model", "test/sharded", *argv)
+        assert result.returncode == 0, result.stderr
