@@ -344,7 +344,15 @@ def entry_damage(entry: Path, snapshot: Path) -> str | None:
         size, copied = (snapshot / name).stat().st_size, (entry / name).stat().st_size
         if copied != size:
             return f"{entry / name} is {copied:,} bytes, the snapshot's copy {size:,}"
-    return damage(entry)
+    problem = damage(entry)
+    if problem is not None:
+        return problem
+    # another repo's or commit's entry, copied in (by hand, a sync tool): its record says so
+    record = npbert_record(entry / WEIGHTS_FILE)
+    held = (f"models--{str(record.get('repo')).replace('/', '--')}", record.get("commit"))
+    if held != (snapshot.parent.parent.name, snapshot.name):
+        return f"{entry} holds {record.get('repo')} at {record.get('commit')}"
+    return None
 
 
 def damage(directory: Path) -> str | None:
@@ -370,18 +378,25 @@ def damage(directory: Path) -> str | None:
     return None
 
 
-def _weights_size(directory: Path) -> int:
-    """Size on the Hub of the weights an embedding-only file was cut from (or of the files)."""
+def npbert_record(path: Path) -> dict:
+    """The record _serialize keeps in an embedding-only file's metadata (repo, commit, files,
+    full_bytes), or {} where the file has none (one npbert did not cut) or another."""
     from safetensors import safe_open
 
+    with safe_open(path, framework="numpy") as f:
+        recorded = (f.metadata() or {}).get("npbert", "{}")
+    try:
+        record = json.loads(recorded)
+    except JSON_ERRORS:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _weights_size(directory: Path) -> int:
+    """Size on the Hub of the weights an embedding-only file was cut from (or of the files)."""
     single = directory / WEIGHTS_FILE
     if single.is_file():
-        with safe_open(single, framework="numpy") as f:
-            recorded = (f.metadata() or {}).get("npbert", "{}")
-        try:
-            full = json.loads(recorded)["full_bytes"]
-        except (*JSON_ERRORS, TypeError, KeyError):
-            full = None
+        full = npbert_record(single).get("full_bytes")
         size = single.stat().st_size
         # a record npbert wrote, or a file npbert did not cut (its own record, or none): its size
         return full if type(full) is int and full >= size else size

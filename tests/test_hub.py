@@ -718,6 +718,16 @@ def truncate(path: Path) -> None:
     os.truncate(path, path.stat().st_size // 2)
 
 
+def another_repos(entry: Path) -> None:
+    """The entry's weights recorded as another repo's: its entry copied in by hand."""
+    from safetensors import safe_open
+
+    path = entry / "model.safetensors"
+    with safe_open(path, framework="numpy") as f:
+        record = json.loads(f.metadata()["npbert"]) | {"repo": "test/other"}
+    save_file(load_file(path), path, metadata={"npbert": json.dumps(record)})
+
+
 DAMAGE = {  # someone else's doing, and what the error says of it
     "truncated weights": (lambda entry: truncate(entry / "model.safetensors"), "cover"),
     "no weights": (lambda entry: (entry / "model.safetensors").unlink(), "model.safetensors"),
@@ -730,6 +740,7 @@ DAMAGE = {  # someone else's doing, and what the error says of it
     ),
     "config cut": (lambda entry: truncate(entry / "config.json"), "config.json is "),
     "a file in its place": (lambda entry: shutil.rmtree(entry) or entry.write_text(""), "is not a"),
+    "another repo's": (another_repos, "npbert-embeddings holds test/other at "),  # was used
 }
 
 
