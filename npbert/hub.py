@@ -1012,10 +1012,10 @@ def answered(at: str, error) -> InputError:
     status = getattr(error.response, "status_code", None)
     if token_refused(error):
         advice = f": the Hub does not know the token sent; check the one given by {PASS_A_TOKEN}"
-    elif status == 401:
-        advice = f": if the repo is private or gated, pass a token with {PASS_A_TOKEN}"
-    elif status == 403:
+    elif status == 403 and token_sent(error):
         advice = ": the token sent has no access to it (a fine-grained token may lack the repo)"
+    elif status in (401, 403):
+        advice = f": if the repo is private or gated, pass a token with {PASS_A_TOKEN}"
     elif status == 429:
         advice = ": rate limited; wait and try again (a token raises the limit)"
     else:

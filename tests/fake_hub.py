@@ -39,6 +39,7 @@ FAULTS = {
     "wrong_size": "say in Content-Range that the file is a byte longer",
     "error_503": "answer 503 Service Unavailable",
     "error_429": "answer 429 Too Many Requests",
+    "error_403": "answer 403 Forbidden",
     "html_200": "answer 200 with an HTML page (a login page, a web server at the wrong address)",
     "list_200": "answer 200 with JSON that is not an object: []",
     "redirect_loop": "answer 302 Found, to the address asked for",
@@ -138,6 +139,8 @@ def make_handler(hub: FakeHub):
                 return self.error(401, None, "Invalid credentials in Authorization header")
             if self.fault == "error_503":
                 return self.error(503, "ServiceUnavailable", "injected fault")
+            if self.fault == "error_403":
+                return self.error(403, None, "injected fault")
             if self.fault == "error_429":
                 return self.error(429, None, "injected fault", retry_after=1)
             if self.fault == "no_revision":

@@ -1108,3 +1108,13 @@ def test_a_damaged_shard_without_embeddings_does_not_block_loads(hub):
     for argv in (["--full"], []):
         result = hub.run("embed", "x", "--model", "test/sharded", *argv)
         assert result.returncode == 0, result.stderr
+
+
+def test_a_403_says_to_pass_a_token_where_none_was_sent(hub):
+    """A 403 was always "the token sent has no access to it", a token sent or not."""
+    hub.faults.append(Fault("error_403", data_range))
+    line = one_line(hub.run("fetch", "test/tiny"))
+    assert "403" in line and "pass a token with" in line and "token sent" not in line
+    hub.faults.append(Fault("error_403", data_range))
+    line = one_line(hub.run("fetch", "test/tiny", HF_TOKEN=TOKEN))
+    assert "the token sent has no access to it" in line
