@@ -300,6 +300,11 @@ def read_index(path: Path) -> dict[str, str]:
         # A shard outside the directory ("../x", "/x") would load tensors from elsewhere.
         if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
             raise InputError(f"{path}: {name} is in {shard!r}, not a file of this directory")
+        if not shard.endswith(".safetensors"):  # a .bin shard is a pickle: not downloaded
+            raise InputError(
+                f"{path}: {name} is in {shard}, not a .safetensors file: npbert reads "
+                "safetensors and never unpickles"
+            )
     return weight_map
 
 

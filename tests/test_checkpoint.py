@@ -119,6 +119,22 @@ def test_bfloat16_widening_is_exact(reference):
     np.testing.assert_allclose(weights.word_embeddings, reference.word_embeddings, rtol=2**-8)
 
 
+def test_an_index_of_pickled_shards_is_refused_by_name(tmp_path):
+    """An index naming .bin shards (pytorch_model.bin.index.json renamed, or a tool's) was
+    refused only by the header check of the pickle, as a damaged file; over the Hub, --full
+    downloaded the whole shard first."""
+    make_checkpoint(tmp_path, None)
+    shard = "pytorch_model-00001-of-00001.bin"
+    (tmp_path / shard).write_bytes(b"\x80\x04 pickled")
+    weight_map = dict.fromkeys(renamed(lambda k: k), shard)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    message = (
+        f"is in {shard}, not a .safetensors file: npbert reads safetensors and never unpickles"
+    )
+    with pytest.raises(InputError, match=re.escape(message)):
+        npbert.load_weights(tmp_path)
+
+
 def test_pickle_only_checkpoint_is_refused(tmp_path):
     make_checkpoint(tmp_path, None)
     (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04 pickled")
