@@ -210,6 +210,8 @@ def fetch(
                 return cached
         if access.offline:
             at = repo_id + (f" at revision {revision}" if revision else "")  # what is missing
+            if full and from_cache(repo_id, revision, False, access) is not None:
+                at = f"the whole weights file of {at} (only its embedding tensors are cached)"
             raise NotFound(
                 f"{at} is not in the cache {access.cache} and the Hub is not to be asked "
                 "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"

@@ -296,6 +296,12 @@ def test_offline_loads_from_cache_and_fails_clearly_when_not_cached(hub, tmp_pat
     assert "(HF_HUB_OFFLINE, --offline or local_files_only)" in missing.stderr
     tag = hub.run("embed", "x", "--model", "test/tiny", "--revision", "v9", HF_HUB_OFFLINE="1")
     assert "test/tiny at revision v9 is not in the cache" in one_line(tag)
+    # cached, but not whole: it said "test/tiny is not in the cache"
+    full = hub.run("embed", "x", "--model", "test/tiny", "--full", HF_HUB_OFFLINE="1")
+    assert (
+        "the whole weights file of test/tiny (only its embedding tensors are cached) is not in "
+        "the cache"
+    ) in one_line(full)
 
 
 def test_unreachable_hub_uses_the_cache_or_says_what_to_do_within_10_s(hub, tmp_path, record):
