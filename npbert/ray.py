@@ -98,13 +98,17 @@ def pinned_revision(model, revision: str | None) -> str | None:
     """The commit a Hub repo's revision (default: main) names, as this process resolves it
     (from its cache, else the Hub), for every actor to load: an actor resolving a branch
     itself could find another commit, an older one in its node's cache or one pushed since.
-    A path (which names a directory on the actors' nodes, perhaps not this one's) is left to
-    the actors, with the revision as given."""
-    from npbert.hub import resolve
+    A directory, and a name this process finds neither on disk nor on the Hub nor in its
+    cache (a directory on the actors' nodes only, or a driver offline), are left to the
+    actors, with the revision as given."""
+    from npbert.hub import NotFound, resolve
 
     if not isinstance(model, str) or model.startswith((".", "/", "~")):
         return revision
-    return resolve(model, revision=revision)[1].get("commit", revision)
+    try:
+        return resolve(model, revision=revision)[1].get("commit", revision)
+    except NotFound:
+        return revision
 
 
 def _records(batch: dict[str, np.ndarray]) -> list[Record]:

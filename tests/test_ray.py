@@ -577,3 +577,9 @@ def test_actors_load_the_commit_the_driver_resolved(tmp_path, monkeypatch):
     assert kwargs["revision"] == "c0ffee" * 6
     # a path names a directory on the actors' nodes, which the driver need not have
     assert engine.embed_dataset(Dataset(), "/on/the/nodes", actors=1)["revision"] is None
+
+    def not_found(model, revision):
+        raise npbert.hub.NotFound(f"{model}: not found")
+
+    monkeypatch.setattr(npbert.hub, "resolve", not_found)  # nodes/model on the nodes only
+    assert engine.embed_dataset(Dataset(), "nodes/model", actors=1)["revision"] is None
