@@ -24,6 +24,7 @@ whole weights file is downloaded with hf_hub_download instead.
 """
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -523,7 +524,30 @@ def first_answer_timeout() -> float:
 
 def _hf_download(repo_id, filename, revision, access: Access, *, small: bool = True) -> str:
     """A file of the repo, through huggingface_hub's cache; a small one says if it is slow
-    (a weights file has huggingface_hub's progress bar)."""
+    (a weights file has huggingface_hub's progress bar), and is downloaded again once if its
+    bytes do not hash to its blob's name (see unlike_its_name)."""
+    path = _hf_download_once(repo_id, filename, revision, access, small=small)
+    if small and unlike_its_name(Path(path)):
+        remove_cached(Path(path))
+        path = _hf_download_once(repo_id, filename, revision, access, small=small)
+    return path
+
+
+def unlike_its_name(path: Path) -> bool:
+    """Whether a cached file's bytes differ from what its blob's name says they are: the Hub's
+    ETag, which names the blob, is the sha256 of an LFS file and the git blob id (sha1) of
+    another. A blob cut short or written over in the cache says so; huggingface_hub returns a
+    cached file as it finds it, and an entry repaired from it would copy the damage. A name
+    that is neither (a mirror's own ETags) says nothing: False."""
+    name, data = path.resolve().name, path.read_bytes()
+    if re.fullmatch(r"[0-9a-f]{64}", name):
+        return hashlib.sha256(data).hexdigest() != name
+    if re.fullmatch(r"[0-9a-f]{40}", name):
+        return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != name
+    return False
+
+
+def _hf_download_once(repo_id, filename, revision, access: Access, *, small: bool) -> str:
     from huggingface_hub import hf_hub_download
 
     with still_waiting(filename) if small else nullcontext():

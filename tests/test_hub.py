@@ -1124,3 +1124,14 @@ def test_a_403_says_to_pass_a_token_where_none_was_sent(hub):
     hub.faults.append(Fault("error_403", data_range))
     line = one_line(hub.run("fetch", "test/tiny", HF_TOKEN=TOKEN))
     assert "the token sent has no access to it" in line
+
+
+def test_a_small_file_cut_short_in_the_snapshot_is_fetched_again_not_copied(hub):
+    """The entry's copies are held to the snapshot's sizes: where the snapshot's own file was
+    the one cut short, the repair copied it into the entry, and loads went on with it."""
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    truncate((snapshot(hub, "test/tiny") / "vocab.txt").resolve())  # the blob
+    assert "is damaged" in one_line(hub.run("embed", "x", "--model", "test/tiny"))
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    for copy in (snapshot(hub, "test/tiny"), entries(hub, "test/tiny")[0]):
+        assert (copy / "vocab.txt").read_bytes() == (TINY / "vocab.txt").read_bytes()
