@@ -282,7 +282,7 @@ def make_config(
     }
     if "token_type_embeddings" not in family.tensors:  # Funnel's (3) are used in attention
         del stated["type_vocab_size"]
-    if family.projection is None:  # a key only the families with a projection read
+    if not family.reads_embedding_size:
         del stated["embedding_size"]
     for key, size in stated.items():
         value = _integer(raw, key, where)

@@ -53,6 +53,9 @@ class Family:
     # Where config.json is silent on the sizes that decide a projection, the model's own
     # defaults decide it, as in transformers: H, and E (None: E = H).
     sizes: tuple[int, int | None] = (768, None)
+    # Whether its model sizes the tables by config.json's embedding_size (ALBERT, ELECTRA,
+    # RoFormer, DeBERTa, SqueezeBERT): elsewhere the key is read by nothing, and not checked.
+    reads_embedding_size: bool = False
     rescale_key: str | None = None  # BigBird: scale the word rows by sqrt(H) when this is true
     sinusoid_key: str | None = None  # DistilBERT: the position table holds fixed sinusoids if true
     # The formula as one checkpoint computes it, where config.json decides parts of it:
@@ -146,7 +149,12 @@ FAMILIES: dict[str, Family] = {
         },
     ),
     "squeezebert": Family(
-        embedding.longformer, "LayerNorm((W + P) + T)", "transformer", BERT, vocab_txt=True
+        embedding.longformer,
+        "LayerNorm((W + P) + T)",
+        "transformer",
+        BERT,
+        vocab_txt=True,
+        reads_embedding_size=True,  # and its model asserts it equals hidden_size
     ),
     "roberta": Family(embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA),
     "xlm-roberta": Family(embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA),
@@ -184,6 +192,7 @@ FAMILIES: dict[str, Family] = {
         BERT | projection("encoder.embedding_hidden_mapping_in"),
         projection="after",
         projection_always=True,
+        reads_embedding_size=True,
         refuse=ABSOLUTE_ONLY,
     ),
     "electra": Family(
@@ -193,6 +202,7 @@ FAMILIES: dict[str, Family] = {
         BERT | projection("embeddings_project"),
         projection="after",
         formula_of=projected_after("LayerNorm((W + T) + P) at width E"),
+        reads_embedding_size=True,
         sizes=(256, 128),  # ElectraConfig's: a small model's, projected
         vocab_txt=True,
         refuse=ABSOLUTE_ONLY,
@@ -205,6 +215,7 @@ FAMILIES: dict[str, Family] = {
         positions="none",
         projection="after",
         formula_of=projected_after("LayerNorm(W + T) at width E", "; positions are rotary"),
+        reads_embedding_size=True,
         # transformers' RoFormerTokenizer runs jieba (rjieba) in Python, and saves BERT's
         # pre-tokenizer in its place: read from tokenizer.json, Chinese words become [UNK].
         no_text=(
@@ -235,6 +246,7 @@ FAMILIES: dict[str, Family] = {
         },
         projection="inside",
         masks_padding=True,
+        reads_embedding_size=True,
         formula_of=deberta_formula,
     ),
     "modernbert": Family(

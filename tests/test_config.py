@@ -271,7 +271,7 @@ def test_a_position_type_the_family_never_read_changes_nothing(tmp_path, name):
 @pytest.mark.parametrize("name", ["tiny-bert", "tiny-roberta", "tiny-distilbert", "tiny-funnel"])
 def test_an_embedding_size_the_family_never_reads_changes_nothing(tmp_path, name):
     """A stray embedding_size (left by a conversion tool) was held to the tables' width in
-    every family; only those with a projection (ALBERT, ELECTRA, RoFormer, DeBERTa) read it."""
+    every family; only ALBERT, ELECTRA, RoFormer, DeBERTa and SqueezeBERT read it."""
     from conftest import DATA
 
     shutil.copytree(DATA / name, tmp_path / "m")
@@ -280,11 +280,12 @@ def test_an_embedding_size_the_family_never_reads_changes_nothing(tmp_path, name
     ids = np.array([[1, 2, 3]])
     expected = npbert.embed(npbert.load_weights(DATA / name), ids)
     np.testing.assert_array_equal(npbert.embed(npbert.load_weights(tmp_path / "m"), ids), expected)
-    electra = json.loads((DATA / "tiny-electra" / "config.json").read_text())
-    shutil.copytree(DATA / "tiny-electra", tmp_path / "e")
-    (tmp_path / "e" / "config.json").write_text(json.dumps(electra | {"embedding_size": 3}))
-    with pytest.raises(InputError, match="embedding_size is 3, but the tensors have"):
-        npbert.load_weights(tmp_path / "e")
+    for reader in ("tiny-electra", "tiny-squeezebert"):  # SqueezeBERT's has no projection
+        config = json.loads((DATA / reader / "config.json").read_text())
+        shutil.copytree(DATA / reader, tmp_path / reader)
+        (tmp_path / reader / "config.json").write_text(json.dumps(config | {"embedding_size": 3}))
+        with pytest.raises(InputError, match="embedding_size is 3, but the tensors have"):
+            npbert.load_weights(tmp_path / reader)
 
 
 @pytest.mark.parametrize("rescale", [True, False])
