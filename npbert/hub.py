@@ -487,20 +487,19 @@ def not_model_info(repo_id: str, error: Exception) -> InputError:
 
 def check_hub_variables() -> None:
     """The environment variables huggingface_hub reads when it is imported, checked before it
-    is: HF_ENDPOINT, if set, must be an http(s) address (huggingface_hub splits it on import,
+    is: HF_ENDPOINT, if set, must split as an address (huggingface_hub splits it on import,
     so that "http://[::1" is a ValueError from the import); HF_HUB_ETAG_TIMEOUT and
     HF_HUB_DOWNLOAD_TIMEOUT, if set, whole numbers of seconds, 1 or more (it reads them with
     int() on import, so that "1.5" is a ValueError too; it takes a negative number, which the
     HTTP client refuses in the middle of a request, and 0, which it replaces with its default
     of 10 s)."""
     endpoint = os.environ.get("HF_ENDPOINT")
-    if endpoint is not None:
+    if endpoint is not None:  # only what fails the import: a cached model loads with no
+        # request, whatever it says, and a request to it names what is wrong with it
         try:
-            parts = urlsplit(endpoint)
-        except ValueError:  # "Invalid IPv6 URL"
-            parts = None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-            raise InputError(f"HF_ENDPOINT={endpoint!r} is not an address http(s)://HOST[:PORT]")
+            urlsplit(endpoint)
+        except ValueError as error:
+            raise InputError(f"HF_ENDPOINT={endpoint!r} is not an address ({error})") from None
     for name in TIMEOUT_VARIABLES:
         value = os.environ.get(name)
         if value is None:
