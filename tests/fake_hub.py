@@ -45,6 +45,7 @@ FAULTS = {
     "redirect_loop": "answer 302 Found, to the address asked for",
     "changed_etag": "answer with another ETag, as for a file replaced since the last request",
     "no_etag": "answer without an ETag header (a proxy that strips it)",
+    "weak_etag": 'answer with the file\'s ETag marked weak, W/"..."',
     "no_commit": "answer without an X-Repo-Commit header",
     "path_commit": "answer with X-Repo-Commit ../../outside, a path, not a commit",
     "no_revision": "answer 404 RevisionNotFound, as for a repo without the branch asked for",
@@ -201,6 +202,7 @@ def make_handler(hub: FakeHub):
                 return self.error(404, "EntryNotFound", f"{filename} does not exist", commit)
             size = path.stat().st_size
             etag = '"changed"' if self.fault == "changed_etag" else hub.etag(path)
+            etag = f"W/{etag}" if self.fault == "weak_etag" else etag
             commit = "../../outside" if self.fault == "path_commit" else commit
             headers = {"X-Repo-Commit": commit, "ETag": etag, "Accept-Ranges": "bytes"}
             for name, fault in (("ETag", "no_etag"), ("X-Repo-Commit", "no_commit")):

@@ -321,6 +321,10 @@ def test_unreachable_hub_uses_the_cache_or_says_what_to_do_within_10_s(hub, tmp_
     line = one_line(hub.run("fetch", "test/tiny", HF_ENDPOINT=closed))
     assert "cannot reach http://127.0.0.1:9 (" in line and "not cached" not in line
     assert f"to check test/tiny for a newer commit; the copy cached at {commit[:12]} still " in line
+    truncate(entries(hub, "test/tiny")[0] / "vocab.txt")  # damaged, and the Hub unreachable
+    line = one_line(hub.run("fetch", "test/tiny", HF_ENDPOINT=closed))
+    assert "cannot reach http://127.0.0.1:9 (" in line and ", and the cached test/tiny at " in line
+    assert "is damaged (" in line and "not cached" not in line
 
 
 @pytest.mark.parametrize(
@@ -1024,6 +1028,9 @@ def test_an_endpoint_that_is_no_address_is_named_in_one_line(hub):
     that is refused before any request: a cached model loads whatever HF_ENDPOINT says."""
     result = hub.run("fetch", "test/tiny", HF_ENDPOINT="http://[::1")
     assert "HF_ENDPOINT='http://[::1' is not an address (Invalid IPv6 URL)" in one_line(result)
+    for port in ("notaport", "99999"):  # the import reads the port too
+        result = hub.run("fetch", "test/tiny", HF_ENDPOINT=f"http://127.0.0.1:{port}")
+        assert f"HF_ENDPOINT='http://127.0.0.1:{port}' is not an address (Port" in one_line(result)
     assert hub.run("fetch", "test/tiny").returncode == 0
     for endpoint in ("", "hf-mirror.com"):
         cached = hub.run("embed", "x", "--model", "test/tiny", HF_ENDPOINT=endpoint)
@@ -1139,3 +1146,20 @@ def test_a_small_file_cut_short_in_the_snapshot_is_fetched_again_not_copied(hub)
     assert hub.run("fetch", "test/tiny").returncode == 0
     for copy in (snapshot(hub, "test/tiny"), entries(hub, "test/tiny")[0]):
         assert (copy / "vocab.txt").read_bytes() == (TINY / "vocab.txt").read_bytes()
+
+
+def test_an_entry_recorded_by_an_older_npbert_still_loads(hub):
+    """Its record names no repo and commit to compare: it was reported damaged, 'holds None
+    at None', and in a cache this process may not write, could not be repaired."""
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    path = entries(hub, "test/tiny")[0] / "model.safetensors"
+    save_file(load_file(path), path, metadata={"npbert": json.dumps({"full_bytes": 47936})})
+    result = hub.run("embed", "x", "--model", "test/tiny")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_weak_etag_is_the_same_file(hub):
+    """One server marks an ETag weak on one answer and not on the next: the same version."""
+    hub.faults.append(Fault("weak_etag", data_range))
+    result = hub.run("fetch", "test/tiny")
+    assert result.returncode == 0, result.stderr
