@@ -252,9 +252,9 @@ def test_without_model_type_bert_is_checked_as_bert_is(tmp_path):
      "tiny-deberta", "tiny-deberta-v2"],
 )  # fmt: skip
 def test_a_position_type_the_family_never_read_changes_nothing(tmp_path, name):
-    """Refused in every family with a position table, as BERT's must be: transformers 4's
-    Longformer and BigBird stored the key but added the table whatever it said, the others
-    never read it, and transformers 5 reads it nowhere."""
+    """It was refused in every family with a position table, as BERT's must be; but
+    transformers 4's Longformer and BigBird stored the key and added the table whatever it
+    said, the others never read it, and transformers 5 reads it nowhere."""
     from conftest import DATA
 
     shutil.copytree(DATA / name, tmp_path / "m")
