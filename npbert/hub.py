@@ -204,23 +204,23 @@ def fetch(
     access = Access(token, cache_dir, local_files_only)
     check_not_url(repo_id)
     check_revision(revision)
-    with hub_errors(repo_id, revision, access), quiet_library_logs():
-        if not refresh or access.offline:
-            cached = from_cache(repo_id, revision, full, access)
-            if cached is not None:
-                return cached
-        if access.offline:
-            at = repo_id + (f" at revision {revision}" if revision else "")  # what is missing
-            if full and from_cache(repo_id, revision, False, access) is not None:
-                at = f"the whole weights file of {at} (only its embedding tensors are cached)"
-            raise NotFound(
-                f"{at} is not in the cache {access.cache} and the Hub is not to be asked "
-                "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"
-            )
-        try:
+    try:
+        with hub_errors(repo_id, revision, access), quiet_library_logs():
+            if not refresh or access.offline:
+                cached = from_cache(repo_id, revision, full, access)
+                if cached is not None:
+                    return cached
+            if access.offline:
+                at = repo_id + (f" at revision {revision}" if revision else "")  # what is missing
+                if full and from_cache(repo_id, revision, False, access) is not None:
+                    at = f"the whole weights file of {at} (only its embedding tensors are cached)"
+                raise NotFound(
+                    f"{at} is not in the cache {access.cache} and the Hub is not to be asked "
+                    "(HF_HUB_OFFLINE, --offline or local_files_only): allow it once to fetch it"
+                )
             return download(repo_id, revision, full, access)
-        except Unreachable as error:
-            raise unreachable(error, repo_id, revision, full, access) from None
+    except Unreachable as error:  # from any request, as hub_errors names it
+        raise unreachable(error, repo_id, revision, full, access) from None
 
 
 def unreachable(error: Unreachable, repo_id, revision, full: bool, access: Access) -> InputError:
