@@ -212,7 +212,7 @@ def fetch(
                     return cached
             if access.offline:
                 at = repo_id + (f" at revision {revision}" if revision else "")  # what is missing
-                if full and from_cache(repo_id, revision, False, access) is not None:
+                if full and cut_cached(repo_id, revision, access):
                     at = f"the whole weights file of {at} (only its embedding tensors are cached)"
                 raise NotFound(
                     f"{at} is not in the cache {access.cache} and the Hub is not to be asked "
@@ -221,6 +221,14 @@ def fetch(
             return download(repo_id, revision, full, access)
     except Unreachable as error:  # from any request, as hub_errors names it
         raise unreachable(error, repo_id, revision, full, access) from None
+
+
+def cut_cached(repo_id: str, revision: str | None, access: Access) -> bool:
+    """Whether npbert's cut of the weights is cached, damaged or not."""
+    try:
+        return from_cache(repo_id, revision, False, access) is not None
+    except InputError:  # damaged: cached all the same
+        return True
 
 
 def unreachable(error: Unreachable, repo_id, revision, full: bool, access: Access) -> InputError:
@@ -343,10 +351,9 @@ def entry_damage(entry: Path, snapshot: Path) -> str | None:
     missing = [name for name in (WEIGHTS_FILE, *copies) if not (entry / name).is_file()]
     if missing:
         return f"{entry} lacks {', '.join(missing)}"
-    for name in copies:  # cut short, or written over: the snapshot's file is the same commit's
+    for name in disagreeing_copies(entry, snapshot):  # cut short, or written over
         size, copied = (snapshot / name).stat().st_size, (entry / name).stat().st_size
-        if copied != size:
-            return f"{entry / name} is {copied:,} bytes, the snapshot's copy {size:,}"
+        return f"{entry / name} is {copied:,} bytes, the snapshot's copy {size:,}"
     problem = damage(entry)
     if problem is not None:
         return problem
@@ -358,6 +365,18 @@ def entry_damage(entry: Path, snapshot: Path) -> str | None:
     if held != (snapshot.parent.parent.name, snapshot.name):
         return f"{entry} holds {record['repo']} at {record['commit']}"
     return None
+
+
+def disagreeing_copies(entry: Path, snapshot: Path) -> list[str]:
+    """The small files whose copy in the entry and the snapshot's are not the same size (the
+    same commit's file: one of them was cut short or written over)."""
+    return [
+        name
+        for name in SMALL_FILES
+        if (snapshot / name).is_file()
+        and (entry / name).is_file()
+        and (snapshot / name).stat().st_size != (entry / name).stat().st_size
+    ]
 
 
 def damage(directory: Path) -> str | None:
@@ -707,6 +726,11 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
             problem = entry_damage(target, snapshot)
             if problem is None:
                 return Fetched(target, source, 0, _weights_size(target), True)
+            # which of two copies that disagree is whole, only the Hub says: the snapshot's
+            # are downloaded again (in a cache of symlinks _hf_download has checked them)
+            for name in disagreeing_copies(target, snapshot):
+                remove_cached(snapshot / name)
+                _hf_download(repo_id, name, commit, access)
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             else:

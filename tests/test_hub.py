@@ -1163,3 +1163,24 @@ def test_a_weak_etag_is_the_same_file(hub):
     hub.faults.append(Fault("weak_etag", data_range))
     result = hub.run("fetch", "test/tiny")
     assert result.returncode == 0, result.stderr
+
+
+def test_a_small_file_cut_short_in_a_snapshot_without_symlinks_is_fetched_again(hub):
+    """A cache copied with its symlinks followed holds files, not links to blobs named by
+    their hash: the snapshot's vocab.txt, cut short there, was copied into the entry."""
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    vocab = snapshot(hub, "test/tiny") / "vocab.txt"
+    whole = vocab.read_bytes()
+    vocab.unlink()
+    vocab.write_bytes(whole[: len(whole) // 2])  # a file, cut short
+    assert "is damaged" in one_line(hub.run("embed", "x", "--model", "test/tiny"))
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    for copy in (snapshot(hub, "test/tiny"), entries(hub, "test/tiny")[0]):
+        assert (copy / "vocab.txt").read_bytes() == whole
+
+
+def test_full_offline_with_a_damaged_cut_cached_says_the_whole_file_is_missing(hub):
+    assert hub.run("fetch", "test/tiny").returncode == 0
+    truncate(entries(hub, "test/tiny")[0] / "model.safetensors")
+    full = hub.run("embed", "x", "--model", "test/tiny", "--full", HF_HUB_OFFLINE="1")
+    assert "the whole weights file of test/tiny (only its embedding" in one_line(full)
