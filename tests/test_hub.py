@@ -746,9 +746,12 @@ DAMAGE = {  # someone else's doing, and what the error says of it
     # a copy cut short gave other tokens, a config cut short an error fetch could not repair
     "vocab cut": (
         lambda entry: truncate(entry / "vocab.txt"),
-        "vocab.txt is 167 bytes, the snapshot's copy 334",
+        "the snapshot's vocab.txt differ in size (167 and 334 bytes)",
     ),
-    "config cut": (lambda entry: truncate(entry / "config.json"), "config.json is "),
+    "config cut": (
+        lambda entry: truncate(entry / "config.json"),
+        "and the snapshot's config.json differ in size (",
+    ),
     "a file in its place": (lambda entry: shutil.rmtree(entry) or entry.write_text(""), "is not a"),
     "another repo's": (another_repos, "npbert-embeddings holds test/other at "),  # was used
 }
