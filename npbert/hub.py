@@ -77,7 +77,8 @@ FIRST_ANSWER_TIMEOUT = 5
 
 
 class NotFound(InputError):
-    """The name is neither on the Hub nor in the cache: no such repo, or the Hub unreachable."""
+    """The name is neither on the Hub nor in the cache (no such repo, or the Hub unreachable),
+    nor, from resolve, a directory here."""
 
 
 class Unreachable(NotFound):
@@ -167,9 +168,9 @@ def resolve(
         raise InputError(f"{model} is a file: give the checkpoint directory that holds it")
     check_not_url(model)
     if model.startswith((".", "/", "~")):
-        raise InputError(f"{model}: no such checkpoint directory")
+        raise NotFound(f"{model}: no such checkpoint directory")
     if model.count("/") > 1:
-        raise InputError(
+        raise NotFound(
             f"{model}: no such checkpoint directory, and not a Hub repo id, which is ORG/NAME "
             "(npbert does not read a checkpoint kept in a subfolder of a repo)"
         )
@@ -184,7 +185,7 @@ def resolve(
             local_files_only=local_files_only,
         )
     except NotFound as error:  # a mistyped directory name ends up here, so say both
-        raise InputError(f"{error}; no local directory named {model} exists either") from None
+        raise NotFound(f"{error}; no local directory named {model} exists either") from None
     return fetched.directory, fetched.source
 
 

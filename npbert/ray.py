@@ -101,14 +101,12 @@ def pinned_revision(model, revision: str | None) -> str | None:
     A directory, and a name this process finds neither on disk nor on the Hub nor in its
     cache (a directory on the actors' nodes only, or a driver offline), are left to the
     actors, with the revision as given."""
-    from npbert.hub import NotFound, fetch
+    from npbert.hub import NotFound, resolve
 
-    if not isinstance(model, str) or model.startswith((".", "/", "~")) or model.count("/") > 1:
-        return revision
-    if Path(model).expanduser().is_dir():
+    if not isinstance(model, str):  # a path object: a directory
         return revision
     try:
-        return fetch(model, revision=revision, refresh=False).source["commit"]
+        return resolve(model, revision=revision)[1].get("commit", revision)
     except NotFound:
         return revision
 
