@@ -125,7 +125,7 @@ ABSOLUTE_ONLY = {
         "trained with is not known; npbert implements learned absolute positions",
     )
 }
-ROBERTA = {"positions": "padded", "pad_default": 1, "refuse": ABSOLUTE_ONLY}
+ROBERTA = {"positions": "padded", "pad_default": 1}
 ROBERTA_FORMULA = "LayerNorm((W + T) + P), P at padding_idx + 1 + (real tokens before)"
 
 FAMILIES: dict[str, Family] = {
@@ -156,15 +156,21 @@ FAMILIES: dict[str, Family] = {
         vocab_txt=True,
         reads_embedding_size=True,  # and its model asserts it equals hidden_size
     ),
-    "roberta": Family(embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA),
-    "xlm-roberta": Family(embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA),
-    "camembert": Family(embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA),
+    "roberta": Family(
+        embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA, refuse=ABSOLUTE_ONLY
+    ),
+    "xlm-roberta": Family(
+        embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA, refuse=ABSOLUTE_ONLY
+    ),
+    "camembert": Family(
+        embedding.bert, ROBERTA_FORMULA, "roberta", BERT, **ROBERTA, refuse=ABSOLUTE_ONLY
+    ),
     "longformer": Family(
         embedding.longformer,
         "LayerNorm((W + P) + T), P at padding_idx + 1 + (real tokens before)",
         "longformer",
         BERT,
-        **ROBERTA | {"refuse": {}},
+        **ROBERTA,
     ),
     "big_bird": Family(
         embedding.big_bird,
