@@ -185,7 +185,7 @@ def locate_checkpoint(
 
 
 def checked_config(
-    raw: dict, model_type: str, stored: dict[str, "StoredTensor"], tensors_at: str, where: str
+    raw: dict, model_type: str, stored: dict[str, StoredTensor], tensors_at: str, where: str
 ) -> EmbeddingConfig:
     """The config of the tensors `stored` (EmbeddingWeights field -> StoredTensor) under the
     config.json `raw` (at `where`): InputError where the tensors (at `tensors_at`) disagree

@@ -352,7 +352,9 @@ def entry_damage(entry: Path, snapshot: Path) -> str | None:
     missing = [name for name in (WEIGHTS_FILE, *copies) if not (entry / name).is_file()]
     if missing:
         return f"{entry} lacks {', '.join(missing)}"
-    for name in disagreeing_copies(entry, snapshot):  # one cut short, or written over
+    differing = disagreeing_copies(entry, snapshot)  # one cut short, or written over
+    if differing:
+        name = differing[0]
         size, copied = (snapshot / name).stat().st_size, (entry / name).stat().st_size
         return (
             f"{entry / name} and the snapshot's {name} differ in size ({copied:,} and "
