@@ -643,9 +643,9 @@ def some_tokens(encoding):
     return encoding
 
 
-def read_ids(args, text_given: bool) -> ToEmbed:
+def read_ids(args, text_given: bool, *, one: bool = False) -> ToEmbed:
     """--ids-file, with --token-type-ids-file, --position-ids-file and --attention-mask-file
-    where given."""
+    where given; `one`: the ids must be one sequence's (refused before the model loads)."""
     from npbert.model import load_weights
 
     if text_given or args.pair:
@@ -653,6 +653,8 @@ def read_ids(args, text_given: bool) -> ToEmbed:
     if args.truncate:
         raise InputError("--truncate cuts texts; it does nothing to --ids-file's ids")
     input_ids = load_npy(args.ids_file, "--ids-file")
+    if one:
+        refuse_batches(args, np.shape(input_ids))
     token_type_ids, position_ids, attention_mask = (
         None if getattr(args, option) is None else load_npy(getattr(args, option), flag(option))
         for option in WITH_IDS.values()
@@ -1050,9 +1052,9 @@ def explained_inputs(args) -> tuple:
     from npbert.model import Embedder
 
     if args.ids_file is not None:
-        given = read_ids(args, args.text is not None)
+        given = read_ids(args, args.text is not None, one=True)
         inputs = (given.input_ids, given.token_type_ids, given.attention_mask, given.position_ids)
-        return given.weights, None, one_sequence(args, *inputs)
+        return given.weights, None, one_sequence(*inputs)
     refuse_id_companions(args)
     if args.text is None:
         raise InputError("nothing to explain: give a TEXT or --ids-file")
@@ -1063,17 +1065,21 @@ def explained_inputs(args) -> tuple:
     return embedder.weights, encoding.tokens[0], tuple(a if a is None else a[0] for a in inputs)
 
 
-def one_sequence(args, input_ids, *others) -> tuple:
-    """--ids-file's ids and the others of its shape (checked by read_ids) as one sequence's,
-    (L,): a file of one row, (1, L), is taken as its row; (L,) positions are every row's."""
-    shape = np.shape(input_ids)
-    if len(shape) == 1:
-        return input_ids, *others
-    if len(shape) != 2 or shape[0] != 1:
+def refuse_batches(args, shape: tuple) -> None:
+    """InputError for --ids-file ids that are not one sequence's, (L,) or (1, L)."""
+    if len(shape) != 1 and (len(shape) != 2 or shape[0] != 1):
         raise InputError(
             f"--ids-file {args.ids_file}: explain walks through one sequence, (L,) or (1, L) "
             f"ids, not {shape}"
         )
+
+
+def one_sequence(input_ids, *others) -> tuple:
+    """--ids-file's ids, (L,) or (1, L), and the others of its shape (checked by read_ids) as
+    one sequence's, (L,): a file of one row is taken as its row; (L,) positions are every
+    row's."""
+    if np.ndim(input_ids) == 1:
+        return input_ids, *others
     rows = (a if a is None or np.ndim(a) == 1 else np.asarray(a)[0] for a in others)
     return np.asarray(input_ids)[0], *rows
 

@@ -1102,3 +1102,10 @@ def test_explain_refuses_ids_it_cannot_walk_through(tmp_path, capsys, monkeypatc
     np.save(tmp_path / "two.npy", np.array([[2, 40], [41, 3]]))
     code, stdout, err = run(capsys, "explain", *argv, "--model", TINY)
     assert code == 2 and err == f"npbert: error: {message}\n" and stdout == ""
+
+
+def test_explain_refuses_a_batch_of_ids_before_it_looks_for_the_model(tmp_path, capsys):
+    np.save(tmp_path / "two.npy", np.array([[2, 40], [41, 3]]))
+    missing = tmp_path / "no-model"
+    code, _, err = run(capsys, "explain", "--ids-file", tmp_path / "two.npy", "--model", missing)
+    assert code == 2 and "explain walks through one sequence" in err, err
