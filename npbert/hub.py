@@ -481,7 +481,7 @@ def model_info(repo_id: str, revision: str | None, access: Access):
     npbert's first request to the Hub, made with a bounded timeout and no retries: an
     unreachable Hub, or one that never answers, is reported at once. (huggingface_hub's
     downloads retry a first request that fails, for up to several minutes.)"""
-    from huggingface_hub import HfApi, constants
+    from huggingface_hub import HfApi
     from huggingface_hub.utils import HfHubHTTPError, HFValidationError
 
     try:
@@ -497,7 +497,7 @@ def model_info(repo_id: str, revision: str | None, access: Access):
         reason = first_line(error)
         if timed_out(error):
             reason = f"no answer in {first_answer_timeout():g} s; HF_HUB_ETAG_TIMEOUT=S waits S s"
-        raise Unreachable(f"cannot reach {constants.ENDPOINT} ({reason})", repo_id) from None
+        raise Unreachable(f"cannot reach {hub_address()} ({reason})", repo_id) from None
     except (ValueError, TypeError, AttributeError, KeyError) as error:  # JSON, not an object
         raise not_model_info(repo_id, error) from None
 
@@ -537,6 +537,14 @@ def check_hub_variables() -> None:
             seconds = 0
         if seconds < 1:
             raise InputError(f"{name}={value!r} is not a whole number of seconds, 1 or more")
+
+
+def hub_address() -> str:
+    """The Hub's address as huggingface_hub requests it, for messages: HF_ENDPOINT set but
+    empty leaves none (huggingface_hub 1.x and later take the empty string as given)."""
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT or "HF_ENDPOINT='' (no address)"
 
 
 def first_answer_timeout() -> float:
@@ -599,7 +607,6 @@ def still_waiting(filename: str):
     """Log one line if fetching a small file takes longer than its first request may. When
     that request gets no answer and nothing is cached, recent huggingface_hub (not 0.x) retries
     it with a 60 s timeout of its own, 6 times: over 6 minutes with no sign of life."""
-    from huggingface_hub import constants
 
     after = first_answer_timeout() + 2
     return notice_after(
@@ -607,7 +614,7 @@ def still_waiting(filename: str):
         "still waiting for %s from %s after %g s: huggingface_hub retries a request that "
         "fails or gets no answer, for up to several minutes (Ctrl-C stops)",
         filename,
-        constants.ENDPOINT,
+        hub_address(),
         after,
     )
 
@@ -964,7 +971,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
             raise stripped_answer(error.__cause__) from None
         if isinstance(error.__cause__, network_errors()) and requested_file(error.__cause__):
             raise failed_request(at, error.__cause__) from None
-        raise Unreachable(f"cannot reach {constants.ENDPOINT}", at) from None
+        raise Unreachable(f"cannot reach {hub_address()}", at) from None
     except hf.EntryNotFoundError as error:
         raise InputError(f"{at}: {missing_file(error)} not found") from None
     except hf.HfHubHTTPError as error:
@@ -1006,14 +1013,12 @@ def missing_file(error) -> str:
 def failed_request(at: str, error: Exception) -> InputError:
     """A request that got no answer or a broken one (after huggingface_hub's retries, where it
     makes them), naming the file it was for: the Hub had answered npbert's first request."""
-    from huggingface_hub import constants
 
     name = requested_file(error)
     what = "no answer" if timed_out(error) else "network error"
     where = f"for {name} from" if name else "talking to"
     return InputError(
-        f"{at}: {what} {where} {constants.ENDPOINT} ({first_line(error)}); nothing was "
-        "cached, try again"
+        f"{at}: {what} {where} {hub_address()} ({first_line(error)}); nothing was cached, try again"
     )
 
 

@@ -425,6 +425,17 @@ def test_a_repo_whose_index_is_wrong_says_so_on_every_run(hub, repo, message):
             assert message in one_line(result), result.stderr
 
 
+def test_an_empty_hf_endpoint_is_named_as_such(hub):
+    """huggingface_hub 1.x and later take HF_ENDPOINT='' as the address (0.x goes to
+    huggingface.co instead, so this runs only where the request cannot leave)."""
+    code = "from huggingface_hub import constants; print(repr(constants.ENDPOINT))"
+    endpoint = hub.python(code, HF_ENDPOINT="").stdout.strip()
+    if endpoint != "''":
+        pytest.skip(f"this huggingface_hub replaces an empty HF_ENDPOINT with {endpoint}")
+    result = hub.run("embed", "x", "--model", "test/tiny", HF_ENDPOINT="")
+    assert "cannot reach HF_ENDPOINT='' (no address) (" in one_line(result)
+
+
 @pytest.mark.parametrize(
     ("repo", "env", "message"),
     [
