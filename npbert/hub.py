@@ -459,8 +459,8 @@ def download(repo_id: str, revision: str | None, full: bool, access: Access) -> 
         if name in files:
             _hf_download(repo_id, name, commit, access)
     config = read_config(snapshot)
-    fetched = None
-    if not full:
+    fetched = None if full else whole_cached(repo_id, revision, commit, snapshot)
+    if fetched is None and not full:
         try:
             fetched = fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
         except RangeIgnored:  # logged, not printed: the CLI shows it as npbert's warnings
@@ -473,6 +473,21 @@ def download(repo_id: str, revision: str | None, full: bool, access: Access) -> 
         fetched = _download_whole(repo_id, revision, commit, files, snapshot, config, access)
     locate_checkpoint(fetched.directory)  # config.json against the tensors, as a load checks
     return fetched
+
+
+def whole_cached(repo_id: str, revision: str | None, commit: str, snapshot: Path):
+    """The whole weights of the commit, as Fetched, where a fetch with full cached them whole
+    and sound and npbert has cut no entry of its own: they load as they are (from_cache takes
+    them too), and range-fetching their embedding tensors again would download them twice.
+    None otherwise: the entry, sound or to repair, is fetch_embeddings' to answer for."""
+    if (snapshot / EMBEDDINGS_DIR).exists() or (snapshot / EMBEDDINGS_DIR).is_symlink():
+        return None
+    if not ((snapshot / WEIGHTS_FILE).is_file() or holds_shards(snapshot, snapshot)):
+        return None
+    if damage(snapshot) is not None:
+        return None
+    source = _source(repo_id, revision, commit, partial=False)
+    return Fetched(snapshot, source, 0, _weights_size(snapshot), True)
 
 
 def model_info(repo_id: str, revision: str | None, access: Access):

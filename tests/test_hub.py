@@ -1198,3 +1198,17 @@ def test_full_offline_with_a_damaged_cut_cached_says_the_whole_file_is_missing(h
     truncate(entries(hub, "test/tiny")[0] / "model.safetensors")
     full = hub.run("embed", "x", "--model", "test/tiny", "--full", HF_HUB_OFFLINE="1")
     assert "the whole weights file of test/tiny (only its embedding" in one_line(full)
+
+
+@pytest.mark.parametrize("repo", ["test/tiny", "test/sharded"])
+def test_fetch_after_a_whole_download_downloads_no_tensor_again(hub, repo):
+    """A fetch after `fetch --full` range-downloaded the embedding tensors the cached whole
+    file holds, and cached them twice."""
+    assert hub.run("fetch", repo, "--full").returncode == 0
+    hub.reset_counts()
+    result = hub.run("fetch", repo)
+    assert result.returncode == 0, result.stderr
+    assert "already cached: nothing downloaded (full file)" in result.stdout
+    assert not [r for r in hub.requests if r[2]], hub.requests  # no Range asked
+    assert entries(hub, repo) == []
+    assert hub.run("embed", "x", "--model", repo, HF_HUB_OFFLINE="1").returncode == 0
