@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from npbert.config import positions_in
 from npbert.embedding import absolute_position_ids, padded_position_ids
 from npbert.errors import InputError
 
@@ -216,10 +217,7 @@ def _positions(config, input_ids, position_ids) -> np.ndarray | None:
         if config.positions == "padded":
             return _padded(config, input_ids)
         if length > config.max_length:
-            raise InputError(
-                f"input_ids has {length} tokens, more than max_position_embeddings "
-                f"({config.max_length})"
-            )
+            raise InputError(f"input_ids has {length} tokens, more than {_limit(config)}")
         return absolute_position_ids(length)
     positions = as_id_array("position_ids", position_ids)
     if positions.shape not in ((length,), input_ids.shape):
@@ -234,16 +232,28 @@ def _positions(config, input_ids, position_ids) -> np.ndarray | None:
 def _padded(config, input_ids: np.ndarray) -> np.ndarray:
     """RoBERTa's derived positions, after checking that every row's real tokens fit."""
     positions = padded_position_ids(input_ids, config.padding_idx)  # (B, L) or (L,)
-    if positions.max() >= config.max_position_embeddings:
+    real = int(positions.max()) - config.padding_idx  # the most tokens a row has that are not
+    if real > config.max_length:  # padding: rows padding_idx + 1 .. padding_idx + real
         where = np.unravel_index(np.argmax(positions), positions.shape)[:-1]
-        real = int(positions.max()) - config.padding_idx
         raise InputError(
             f"{indexed('input_ids', where) if where else 'input_ids'} has {real} tokens that are "
-            f"not padding, more than {config.model_type}'s positions allow ({config.max_length}"
-            f": max_position_embeddings {config.max_position_embeddings} - padding_idx "
-            f"{config.padding_idx} - 1)"
+            f"not padding, more than {_limit(config)}"
         )
     return positions
+
+
+def _limit(config) -> str:
+    """What config.max_length is, for messages: the position table's rows, or a length set
+    below them in code."""
+    table = config.max_position_embeddings
+    if config.max_length != positions_in(table, config.padding_idx):
+        return f"max_length ({config.max_length}, of a position table of {table} rows)"
+    if config.padding_idx is None:
+        return f"max_position_embeddings ({table})"
+    return (
+        f"{config.model_type}'s positions allow ({config.max_length}: "
+        f"max_position_embeddings {table} - padding_idx {config.padding_idx} - 1)"
+    )
 
 
 def check_mask(attention_mask, input_ids: np.ndarray) -> np.ndarray | None:

@@ -1,10 +1,11 @@
 """Bad ids get a clear InputError naming the value and where; good ones follow the contract."""
 
+import dataclasses
 import re
 
 import numpy as np
 import pytest
-from conftest import TINY
+from conftest import DATA, TINY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -270,3 +271,20 @@ def test_a_list_mixing_uint64_and_int_ids_is_ids_not_floats():
         npbert.embed(weights, [np.uint64(2**64 - 1), 3])
     with pytest.raises(npbert.InputError, match=r"input_ids\[1\] = 2.5 is not an integer id"):
         npbert.embed(weights, [np.uint64(5), 2.5])
+
+
+@pytest.mark.parametrize(
+    ("family", "message"),
+    [
+        ("tiny-bert", r"has 11 tokens, more than max_length \(10, of a position table of 128 rows"),
+        ("tiny-roberta", r"has 11 tokens that are not padding, more than max_length \(10, of a"),
+    ],
+)
+def test_a_max_length_set_below_the_position_table_limits_ids_in_every_family(family, message):
+    """A config made in code may set max_length below the table: BERT's positions were held
+    to it under the table's name, RoBERTa's derived positions only to the table."""
+    loaded = npbert.load_weights(DATA / family)
+    weights = dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, max_length=10))
+    assert npbert.embed(weights, np.arange(5, 15)).shape[0] == 10
+    with pytest.raises(InputError, match=message):
+        npbert.embed(weights, np.arange(5, 16))
