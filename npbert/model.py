@@ -101,9 +101,10 @@ def embed_stages(
 ) -> dict[str, np.ndarray]:
     """Every stage of the family's layer, in the order computed, in `dtype`: the readable
     specification (npbert.embedding), the reference that `explain`, `compare` and `vectors`
-    show. Arguments as embed(); the stages are named word, token_type, position, sum,
-    embed_proj (DeBERTa's projection), normalized, embeddings (each where the family has it),
-    and with project=True the projection after the module as "projected" last. Each is
+    show. Arguments as embed(), but threads: this runs on the calling thread. The stages are
+    named word, token_type, position, sum, embed_proj (DeBERTa's projection), normalized,
+    embeddings (each where the family has it), and with project=True the projection after
+    the module as "projected" last. Each is
     (..., L, E) or (..., L, H) in dtype; a position stage of BERT's default positions 0..L-1 is
     (L, E), shared by the batch (RoBERTa's, counted from the padding, are (..., L, E)).
     """
@@ -436,6 +437,8 @@ def _batch(texts, pairs) -> tuple[list, list | None]:
         return [texts], None if pairs is None else [pairs]
     if isinstance(pairs, str):
         raise InputError("pairs must be a list with one pair per text when texts is a list")
+    if texts is None:  # else "no text to embed", as if the list were empty
+        raise InputError("texts must be a str or a list of str, not None")
     return _listed("texts", texts), _listed("pairs", pairs)
 
 
