@@ -81,9 +81,17 @@ def _positions_text(weights: EmbeddingWeights, position_ids: np.ndarray) -> str:
 
 
 def _row_range(ids: np.ndarray) -> str:
-    """ "row 0" for one row, "rows 0..6" for several."""
-    first, last = ids.min(), ids.max()
-    return f"row {first}" if first == last else f"rows {first}..{last}"
+    """The rows ids look up: "row 0" for one, "rows 0..6" for a run of three or more, "rows 0,
+    5, 63" for a few others, "12 rows from 0 to 63" for more."""
+    rows = np.unique(ids)
+    first, last = rows[0], rows[-1]
+    if len(rows) == 1:
+        return f"row {first}"
+    if len(rows) > 2 and len(rows) == last - first + 1:
+        return f"rows {first}..{last}"
+    if len(rows) <= 8:
+        return "rows " + ", ".join(map(str, rows))
+    return f"{len(rows)} rows from {first} to {last}"
 
 
 def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, position_ids) -> dict:
@@ -105,8 +113,7 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
         + (", then times attention_mask" if config.family.masks_padding else ""),
     }
     if "token_type" in stages:
-        types = sorted(set(np.ravel(token_type_ids).tolist()))
-        rows = ("row " if len(types) == 1 else "rows ") + ", ".join(map(str, types))
+        rows = _row_range(np.asarray(token_type_ids))
         titles["token_type"] = (
             f"Segment embeddings: {rows} of token_type_embeddings "
             f"{weights.token_type_embeddings.shape}. Learned vectors, one per token type, not "

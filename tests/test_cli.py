@@ -159,6 +159,10 @@ def test_explain_from_python_shows_the_default_token_types():
     assert "Position embeddings: row 0 of" in one  # was "rows 0..0"
     pair, _ = explain(weights, ["[CLS]", "a", "[SEP]", "b"], [2, 5, 3, 6], [0, 0, 0, 1], None)
     assert "Segment embeddings: rows 0, 1 of" in pair and "Position embeddings: rows 0..3" in pair
+    apart, _ = explain(weights, ["a", "b", "c"], [5, 6, 7], None, None, [0, 5, 63])
+    assert "Position embeddings: rows 0, 5, 63 of" in apart  # was "rows 0..63"
+    many, _ = explain(weights, ["a"] * 9, [5] * 9, None, None, list(range(0, 90, 10)))
+    assert "Position embeddings: 9 rows from 0 to 80 of" in many
 
 
 def test_explain_names_the_width_a_projection_makes():
