@@ -360,7 +360,7 @@ def check_eps(eps, key: str, where: str) -> float:
     """eps as a float, or InputError unless it is a number from float32's smallest to 1."""
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
         raise InputError(
-            f"{where}: {key} is {eps!r}; it must be a number between 0 and 1 (1e-12 for BERT)"
+            f"{where}: {key} is {eps!r}; it must be a number above 0 and below 1 (1e-12 for BERT)"
         )
     if eps < FLOAT32_TINIEST:  # 0 or not itself in float32: equal values would give 0 / 0
         raise InputError(

@@ -98,8 +98,8 @@ class Tokenizer:
             name = names[i] if names else f"text {i}"
             if cut and encoding.overflowing and (lost := self._emptied(encoding, inputs[i])):
                 raise InputError(
-                    f"{name}: truncation to {max_length} tokens leaves nothing of its "
-                    f"{' or '.join(lost)} but the special tokens: give a larger max_length"
+                    f"{name}: truncation to max_length={max_length} leaves no token of its "
+                    f"{' or '.join(lost)}: give a larger max_length"
                 )
             if max_length is not None and len(encoding.ids) > max_length:
                 if cut:  # truncated, and still too long: the special tokens alone are

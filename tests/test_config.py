@@ -37,7 +37,7 @@ def checkpoint(tmp_path, changes=None, *, config=False, rename=None):
 )
 def test_layer_norm_eps_must_be_a_small_positive_number(tmp_path, eps):
     checkpoint(tmp_path, {"layer_norm_eps": eps})  # json writes nan and inf as NaN, Infinity
-    with pytest.raises(InputError, match=r"layer_norm_eps is .*between 0 and 1"):
+    with pytest.raises(InputError, match=r"layer_norm_eps is .*above 0 and below 1"):
         npbert.load_weights(tmp_path)
 
 

@@ -420,7 +420,7 @@ def test_truncation_that_cannot_fit_the_special_tokens_says_so(embedder, texts, 
 )
 def test_truncation_that_leaves_only_special_tokens_is_refused(embedder, args, max_length, lost):
     # Every text would embed alike: [CLS] [SEP].
-    message = f"truncation to {max_length} tokens leaves nothing of its {lost} but the special"
+    message = f"truncation to max_length={max_length} leaves no token of its {lost}: give"
     with pytest.raises(InputError, match=message):
         embedder(*args, max_length=max_length, truncation=True)
 
