@@ -95,7 +95,7 @@ class Tokenizer:
         except TokenizersError as error:
             raise InputError(f"{self.name} cannot encode the texts: {first_line(error)}") from None
         for i, encoding in enumerate(encodings):
-            name = names[i] if names else f"text {i}"
+            name = names[i] if names else f"texts[{i}]"
             if cut and encoding.overflowing and (lost := self._emptied(encoding, inputs[i])):
                 raise InputError(
                     f"{name}: truncation to max_length={max_length} leaves no token of its "

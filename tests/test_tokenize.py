@@ -79,7 +79,7 @@ def test_vocab_txt_fallback_follows_tokenizer_configs_normalizer_settings(tmp_pa
 
 def test_too_long_is_an_error_unless_truncation_is_asked(embedder):
     long = "word " * 600
-    too_long = r"text 1 has \d+ tokens, more than the limit of 512.*trunc"
+    too_long = r"texts\[1\] has \d+ tokens, more than the limit of 512.*trunc"
     with pytest.raises(InputError, match=too_long):
         embedder(["short", long])
     result = embedder(["short", long], truncation=True)
@@ -394,7 +394,7 @@ def test_embed_each_of_a_local_model_reads_no_hub_setting(embedder, monkeypatch,
 def test_max_length_per_call_is_capped_by_the_model(embedder):
     cut = embedder(TEXTS, max_length=6, truncation=True)
     assert cut.input_ids.shape == (3, 6) and all(t[-1] == "[SEP]" for t in cut.tokens)
-    with pytest.raises(InputError, match="text 0 has 11 tokens, more than the limit of 6"):
+    with pytest.raises(InputError, match=r"texts\[0\] has 11 tokens, more than the limit of 6"):
         embedder(TEXTS, max_length=6)
     capped = embedder([LONG], max_length=10_000, truncation=True)
     assert capped.input_ids.shape == (1, 512)  # the model's limit
