@@ -1157,9 +1157,11 @@ def run_fetch(args) -> int:
         say(f"already cached: nothing downloaded ({source['weights']})")
     else:
         share = fetched.fetched_bytes / fetched.full_bytes if fetched.full_bytes else 1.0
+        held, shards = fetched.shards
+        of = f" in the {held} of {shards} shards holding the embeddings" if held < shards else ""
         say(
             f"downloaded {fetched.fetched_bytes:,} bytes of weights out of {fetched.full_bytes:,}"
-            f" ({share:.1%}): {source['weights']}"
+            f"{of} ({share:.1%}): {source['weights']}"
         )
     say(f"cached in {fetched.directory}")
     return 0

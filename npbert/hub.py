@@ -137,9 +137,10 @@ class Fetched:
     directory: Path
     source: dict
     fetched_bytes: int  # of the weights file(s): headers and tensor ranges
-    full_bytes: int  # size of the weights file(s) on the Hub
+    full_bytes: int  # size of the weights file(s) on the Hub: the shards holding embeddings
     cached: bool  # found in the cache, nothing downloaded
     repaired: str | None = None  # what was wrong with the cached entry fetched again
+    shards: tuple[int, int] = (1, 1)  # (shards full_bytes counts, shards the index names)
 
 
 def resolve(
@@ -675,7 +676,7 @@ def embedding_tensors(names: Iterable[str], config: dict, where: str) -> dict[st
 def _download_whole(repo_id, revision, commit, files, snapshot, config, access) -> Fetched:
     """The whole weights file (or the index and the shards holding the embeddings) with
     hf_hub_download; a cached copy found damaged is downloaded again."""
-    weights = _weights_to_fetch(repo_id, commit, files, config, access)
+    weights, shards = _weights_to_fetch(repo_id, commit, files, config, access)
     repaired = None
     for name in weights:
         path = snapshot / name
@@ -692,7 +693,7 @@ def _download_whole(repo_id, revision, commit, files, snapshot, config, access) 
             raise InputError(f"{served} (as the Hub serves it; not kept in the cache)")
     size = sum((snapshot / name).stat().st_size for name in weights)
     source = _source(repo_id, revision, commit, False)
-    return Fetched(snapshot, source, size, size, False, repaired)
+    return Fetched(snapshot, source, size, size, False, repaired, shards)
 
 
 def remove_cached(path: Path) -> None:
@@ -711,13 +712,15 @@ def damage_of_file(path: Path, where: str = "") -> str | None:
     return None
 
 
-def _weights_to_fetch(repo_id, commit, files, config, access) -> list[str]:
-    """The single weights file, or the index and only the shards holding the embeddings."""
+def _weights_to_fetch(repo_id, commit, files, config, access) -> tuple[list[str], tuple]:
+    """The single weights file, or the index and only the shards holding the embeddings; and
+    (those shards, the index's shards)."""
     if WEIGHTS_FILE in files:
-        return [WEIGHTS_FILE]
+        return [WEIGHTS_FILE], (1, 1)
     weight_map = _weight_map(repo_id, commit, files, access)
     names = embedding_tensors(weight_map, config, f"{repo_id}/{INDEX_FILE}")
-    return [INDEX_FILE, *sorted({weight_map[n] for n in names.values()})]
+    shards = sorted({weight_map[n] for n in names.values()})
+    return [INDEX_FILE, *shards], (len(shards), len(set(weight_map.values())))
 
 
 def _weight_map(repo_id: str, commit: str, files: set[str], access: Access) -> dict[str, str]:
@@ -764,11 +767,13 @@ def fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
             else:
                 target.unlink()
         with building_directory(target) as building:
-            fetched, full_size = _write_embeddings(repo_id, commit, files, config, building, access)
+            fetched, full_size, shards = _write_embeddings(
+                repo_id, commit, files, config, building, access
+            )
             for name in SMALL_FILES:
                 if (snapshot / name).is_file():
                     shutil.copyfile(snapshot / name, building / name)
-    return Fetched(target, source, fetched, full_size, False, problem)
+    return Fetched(target, source, fetched, full_size, False, problem, shards)
 
 
 def stale_temporaries(snapshots: Path) -> Iterable[Path]:
@@ -789,10 +794,10 @@ class RemoteFile:
     tensors: dict[str, TensorHeader]
 
 
-def _write_embeddings(repo_id, commit, files, config, directory: Path, access) -> tuple[int, int]:
+def _write_embeddings(repo_id, commit, files, config, directory: Path, access) -> tuple:
     """Fetch the embedding tensors' bytes and write them, as stored, to
     directory/model.safetensors. Returns (bytes of headers and tensors fetched, full size of
-    the weights file(s))."""
+    the weights file(s) holding them, (those files, the weights files))."""
     from huggingface_hub.utils import tqdm
 
     names, weight_map, remotes = _locate_embeddings(repo_id, commit, files, config, access)
@@ -821,7 +826,7 @@ def _write_embeddings(repo_id, commit, files, config, directory: Path, access) -
     fetched = total + sum(remote.data_start for remote in remotes.values())
     full_size = sum(remote.size for remote in remotes.values())
     _serialize(tensors, remotes, weight_map, directory / WEIGHTS_FILE, repo_id, commit, full_size)
-    return fetched, full_size
+    return fetched, full_size, (len(remotes), len(set(weight_map.values())))
 
 
 def _serialize(tensors, remotes, weight_map, path: Path, repo_id, commit, full_size) -> None:

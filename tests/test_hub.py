@@ -1212,3 +1212,14 @@ def test_fetch_after_a_whole_download_downloads_no_tensor_again(hub, repo):
     assert not [r for r in hub.requests if r[2]], hub.requests  # no Range asked
     assert entries(hub, repo) == []
     assert hub.run("embed", "x", "--model", repo, HF_HUB_OFFLINE="1").returncode == 0
+
+
+@pytest.mark.parametrize("full", [[], ["--full"]])
+def test_fetch_of_a_sharded_repo_says_which_shards_its_share_counts(hub, full):
+    """The share downloaded counted only the shards holding the embeddings, unsaid: 96.5% of
+    the weights of a repo of two shards."""
+    result = hub.run("fetch", "test/sharded", *full)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"out of [\d,]+ in the 1 of 2 shards holding the embeddings \(", result.stdout)
+    single = hub.run("fetch", "test/tiny", *full)
+    assert "out of" in single.stdout and "shards" not in single.stdout
