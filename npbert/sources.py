@@ -205,7 +205,9 @@ def chunks(files: list[tuple[str, str]], shard_bytes: int, done: dict | None = N
 
 
 def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefix):
-    """Chunks of a text file: `shard_bytes` read, then on to the end of the line."""
+    """Chunks of a text file: `shard_bytes` read, then on to the end of the line. A chunk that
+    ends where the file ends, inside a line, is the last: a file still being written is read
+    as it was then (read on, the rest of that line would be a text of its own)."""
     with _open(path) as stream:
         line, offset = _skip_lines(path, stream, consumed, prefix)
         while data := _read_up_to(stream, shard_bytes):
@@ -221,6 +223,8 @@ def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefi
                 hashlib.sha256(data).hexdigest(), consumed.state(), len(data),
                 data if path == "-" else None,
             )  # fmt: skip
+            if not data.endswith(b"\n"):
+                return  # the file ended inside a line, its last (see above)
             line, offset = line + texts, offset + len(data)
 
 

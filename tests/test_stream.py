@@ -1381,3 +1381,18 @@ def test_a_damaged_parquet_file_is_one_line(tmp_path, minilm_dir):
     result = _run(tmp_path / "c.parquet", tmp_path / "o", minilm_dir)
     assert result.returncode == 2 and "c.parquet: not a readable Parquet file" in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_file_still_being_written_is_read_as_it_was_not_split_mid_line(tmp_path):
+    """The file's end, inside a line, was taken as that line's end, and the job read on: the
+    rest of the line, written meanwhile, became a text of its own ("hel", "lo world")."""
+    from npbert import sources
+
+    path = tmp_path / "growing.txt"
+    path.write_bytes(b"first line\nhel")  # a writer is in the middle of a line
+    pieces = sources.chunks([(str(path), "txt")], 1 << 16)
+    first = next(pieces)
+    with path.open("ab") as file:
+        file.write(b"lo world\nlast\n")
+    texts = [record.text for chunk in [first, *pieces] for record in sources.read_chunk(chunk)]
+    assert texts == ["first line", "hel"]
