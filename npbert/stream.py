@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import re
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -508,25 +509,55 @@ def worker_pool(workers: int, job):
     library reads TOKENIZERS_PARALLELISM, set here for the children only."""
     from concurrent.futures import ProcessPoolExecutor
 
-    before = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    pool = ProcessPoolExecutor(  # no worker yet: they are forked on the first submit
+        workers, multiprocessing.get_context("fork"), _start_worker, (job, os.getpid())
+    )
     try:
-        pool = ProcessPoolExecutor(
-            workers, multiprocessing.get_context("fork"), _start_worker, (job, os.getpid())
-        )
-        pool.submit(int).result()  # forks every worker now, while the variable is set
-    finally:
-        if before is None:
-            del os.environ["TOKENIZERS_PARALLELISM"]
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = before
-    try:
+        with single_threaded_tokenizers(), stops_held():
+            started = pool.submit(int)  # forks every worker, now
+        started.result()  # (Ctrl-C stops this wait)
         yield pool
     except BaseException:  # an error, Ctrl-C, or the run closed early: the chunks in flight
         stop_workers(pool)  # are dropped, not waited for (a second Ctrl-C hung in that wait)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def single_threaded_tokenizers():
+    """TOKENIZERS_PARALLELISM=false for the workers forked meanwhile, put back after."""
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+
+
+@contextmanager
+def stops_held():
+    """SIGINT and SIGTERM noted while the block runs, and handled as they would have been once
+    it is done: a handler that raises while os.fork runs does so in an at-fork hook, where
+    Python drops the exception ("Exception ignored in ..."), and the Ctrl-C is lost (the CLI's
+    handler, which ignores further ones, left the run deaf to them). Outside the main thread,
+    which alone runs handlers, nothing to do."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    handlers = {number: signal.signal(number, lambda n, _: noted.append(n)) for number in held}
+    try:
+        yield
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        if noted:
+            signal.raise_signal(noted[0])  # to its own handler now
 
 
 def stop_workers(pool) -> None:

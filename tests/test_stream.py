@@ -1396,3 +1396,28 @@ def test_a_file_still_being_written_is_read_as_it_was_not_split_mid_line(tmp_pat
         file.write(b"lo world\nlast\n")
     texts = [record.text for chunk in [first, *pieces] for record in sources.read_chunk(chunk)]
     assert texts == ["first line", "hel"]
+
+
+@pytest.mark.parametrize(("number", "code", "line"), [("SIGINT", 130, "interrupted"),
+                                                      ("SIGTERM", 143, "terminated")])  # fmt: skip
+def test_a_stop_while_the_workers_are_forked_stops_the_run(tmp_path, number, code, line):
+    """Its handler raised inside an at-fork hook, where Python drops the exception: the run
+    went on to the end (exit 0) with a traceback, and ignored every later Ctrl-C."""
+    (tmp_path / "c.txt").write_text("\n".join(corpus_lines(200)) + "\n")
+    script = (
+        "import os, signal, sys\n"
+        "from npbert.cli import main\n"
+        "sent = []\n"
+        "def stop():\n"  # as if the signal came in the middle of the first fork
+        "    if not sent:\n"
+        f"        sent.append(os.kill(os.getpid(), signal.{number}))\n"
+        "os.register_at_fork(after_in_parent=stop)\n"
+        f"sys.exit(main(['embed', '--input', 'c.txt', '--out', 'o', '--model', {str(TINY)!r},\n"
+        "                '--workers', '2', '--shard-bytes', '500', '--quiet']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert (result.returncode, result.stderr) == (code, f"npbert: {line}\n")
+    index = json.loads((tmp_path / "o" / "index.json").read_text())
+    assert not index["complete"]
