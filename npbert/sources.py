@@ -32,7 +32,7 @@ from pathlib import Path
 
 from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError
-from npbert.npyfile import regular_file
+from npbert.npyfile import given_file
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
 BLOCK = 1 << 20  # bytes read at a time while checking a prefix
@@ -89,7 +89,7 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
     path = Path(source)
     if path.is_dir():
         entries = sorted(path.iterdir())
-        files = [p for p in entries if _format(p) and p.name[0] != "."]
+        files = [p for p in entries if _format(p) and p.name[0] != "." and not p.is_dir()]
         if not files:
             raise InputError(f"--input {source}: a directory with no .txt, .jsonl or .parquet file")
         say_left_out(source, entries, files)
@@ -103,7 +103,7 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
                 f"--input {p}: not a regular file (a pipe or a device); for standard input, "
                 "give --input -"
             )
-        regular_file(p, "--input")
+        given_file(p, "--input")  # a link to nothing, in a directory: before any output
     if input_format is None and not _format(files[0]):
         raise InputError(
             f"--input {source}: {files[0].suffix or 'no'} extension; name it .txt, .jsonl or "

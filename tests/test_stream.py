@@ -1167,6 +1167,26 @@ def test_a_directory_input_names_what_it_does_not_read(tmp_path):
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
+def test_a_subdirectory_named_as_a_file_of_texts_is_left_out_as_the_others(tmp_path):
+    """A subdirectory named x.txt stopped the run ("is a directory: give a file"): one made
+    by --out corpus/emb.txt, for one, made every --resume fail."""
+    (tmp_path / "dir" / "emb.txt").mkdir(parents=True)
+    (tmp_path / "dir" / "a.txt").write_text("one\n")
+    result = _run(tmp_path / "dir", tmp_path / "o", TINY)
+    assert result.returncode == 0, result.stderr
+    assert "embedded 1 text," in result.stdout and "not emb.txt/\n" in result.stderr
+
+
+def test_a_link_to_nothing_in_a_directory_input_is_refused_before_any_output(tmp_path):
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "a.txt").write_text("one\n")
+    (tmp_path / "dir" / "b.txt").symlink_to(tmp_path / "gone.txt")
+    result = _run(tmp_path / "dir", tmp_path / "o", TINY)
+    assert result.returncode == 2
+    assert result.stderr == f"npbert: error: --input {tmp_path / 'dir' / 'b.txt'}: no such file\n"
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("name", ["c.txt", "c.jsonl"])
 def test_a_byte_order_mark_is_not_text(tmp_path, embedder, name):
     from npbert.stream import embed_corpus
