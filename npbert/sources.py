@@ -262,7 +262,11 @@ def _skip_lines(path: str, stream, consumed: Consumed, prefix: Prefix) -> tuple[
         return 1, offset
     if offset and last != b"\n":  # the prefix ended inside a line: the line's text counted
         consumed.texts += 1
-        if stream.peek(1):
+        following = stream.peek(1)[:1]
+        if following == b"\n":  # that line's end, written since (as by a writer that puts it
+            consumed.add(stream.read(1), 0)  # before each line): the line ended there
+            offset += 1
+        elif following:
             name = "stdin" if path == "-" else Path(path).name
             raise InputError(
                 f"--resume: {name} line {lines + 1} has changed since it was embedded (it "

@@ -419,6 +419,20 @@ def test_resume_after_the_input_grew_embeds_the_new_lines(tmp_path, minilm_dir):
     _same_as_fresh(tmp_path, source, out, minilm_dir)
 
 
+def test_resume_after_the_last_line_got_its_end_goes_on(tmp_path, minilm_dir):
+    """A last line without its end, given it (and lines after it) since, was refused as a
+    line that changed, though its text is the same."""
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("\n".join(corpus_lines(40, seed=3)))  # no line end at the end
+    assert _run(source, out, minilm_dir, "--shard-bytes", "500").returncode == 0
+    with source.open("a") as f:
+        f.write("\n" + "\n".join(corpus_lines(25, seed=4)) + "\n")
+    resumed = _run(source, out, minilm_dir, "--shard-bytes", "500", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "embedded 65 texts" in resumed.stdout
+    _same_as_fresh(tmp_path, source, out, minilm_dir)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
