@@ -544,12 +544,13 @@ def stops_held():
     it is done: a handler that raises while os.fork runs does so in an at-fork hook, where
     Python drops the exception ("Exception ignored in ..."), and the Ctrl-C is lost (the CLI's
     handler, which ignores further ones, left the run deaf to them). Outside the main thread,
-    which alone runs handlers, nothing to do."""
+    which alone runs handlers, nothing to do; nor to a handler set outside Python (getsignal
+    gives None), which could not be put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     noted = []
-    held = (signal.SIGINT, signal.SIGTERM)
+    held = [n for n in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(n) is not None]
     handlers = {number: signal.signal(number, lambda n, _: noted.append(n)) for number in held}
     try:
         yield

@@ -1455,3 +1455,14 @@ def test_a_stop_while_the_workers_are_forked_stops_the_run(tmp_path, number, cod
     assert (result.returncode, result.stderr) == (code, f"npbert: {line}\n")
     index = json.loads((tmp_path / "o" / "index.json").read_text())
     assert not index["complete"]
+
+
+def test_stops_held_leaves_alone_a_handler_set_outside_python(monkeypatch):
+    """signal.signal(n, None), to put such a handler back, is a TypeError: embed_corpus in a
+    process embedding Python would have failed to start its workers."""
+    real = signal.getsignal
+    monkeypatch.setattr(signal, "getsignal", lambda n: None if n == signal.SIGTERM else real(n))
+    before = real(signal.SIGTERM), real(signal.SIGINT)
+    with stream.stops_held():
+        assert real(signal.SIGTERM) is before[0] and real(signal.SIGINT) is not before[1]
+    assert (real(signal.SIGTERM), real(signal.SIGINT)) == before
