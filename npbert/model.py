@@ -435,10 +435,10 @@ def _batch(texts, pairs) -> tuple[list, list | None]:
         if not (pairs is None or isinstance(pairs, str)):
             raise InputError(f"pairs must be a str for a single text, not {type(pairs).__name__}")
         return [texts], None if pairs is None else [pairs]
-    if isinstance(pairs, str):
-        raise InputError("pairs must be a list with one pair per text when texts is a list")
     if texts is None:  # else "no text to embed", as if the list were empty
         raise InputError("texts must be a str or a list of str, not None")
+    if isinstance(pairs, str):
+        raise InputError("pairs must be a list with one pair per text when texts is a list")
     return _listed("texts", texts), _listed("pairs", pairs)
 
 

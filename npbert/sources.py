@@ -98,7 +98,7 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
     else:
         raise InputError(f"--input {source}: No such file or directory")
     for p in files:  # a FIFO or a device would be waited on, or read only once
-        if p.exists() and not p.is_file() and not p.is_dir():
+        if p.exists() and not p.is_file():
             raise InputError(
                 f"--input {p}: not a regular file (a pipe or a device); for standard input, "
                 "give --input -"
@@ -262,10 +262,12 @@ def _skip_lines(path: str, stream, consumed: Consumed, prefix: Prefix) -> tuple[
         return 1, offset
     if offset and last != b"\n":  # the prefix ended inside a line: the line's text counted
         consumed.texts += 1
-        following = stream.peek(1)[:1]
-        if following == b"\n":  # that line's end, written since (as by a writer that puts it
-            consumed.add(stream.read(1), 0)  # before each line): the line ended there
-            offset += 1
+        following = stream.read(1)
+        if following == b"\r":
+            following += stream.read(1)
+        if following in (b"\n", b"\r\n"):  # that line's end, written since (as by a writer
+            consumed.add(following, 0)  # that puts it before each line): it ended there
+            offset += len(following)
         elif following:
             name = "stdin" if path == "-" else Path(path).name
             raise InputError(

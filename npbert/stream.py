@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -551,12 +551,13 @@ def stops_held():
         return
     noted = []
     held = [n for n in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(n) is not None]
-    handlers = {number: signal.signal(number, lambda n, _: noted.append(n)) for number in held}
     try:
-        yield
+        with ExitStack() as handlers:  # each put back, even if a stop comes between two
+            for number in held:
+                previous = signal.signal(number, lambda n, _: noted.append(n))
+                handlers.callback(signal.signal, number, previous)
+            yield
     finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
         if noted:
             signal.raise_signal(noted[0])  # to its own handler now
 

@@ -419,14 +419,15 @@ def test_resume_after_the_input_grew_embeds_the_new_lines(tmp_path, minilm_dir):
     _same_as_fresh(tmp_path, source, out, minilm_dir)
 
 
-def test_resume_after_the_last_line_got_its_end_goes_on(tmp_path, minilm_dir):
+@pytest.mark.parametrize("end", ["\n", "\r\n"])
+def test_resume_after_the_last_line_got_its_end_goes_on(tmp_path, minilm_dir, end):
     """A last line without its end, given it (and lines after it) since, was refused as a
     line that changed, though its text is the same."""
     source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("\n".join(corpus_lines(40, seed=3)))  # no line end at the end
+    source.write_bytes(end.join(corpus_lines(40, seed=3)).encode())  # no line end at the end
     assert _run(source, out, minilm_dir, "--shard-bytes", "500").returncode == 0
-    with source.open("a") as f:
-        f.write("\n" + "\n".join(corpus_lines(25, seed=4)) + "\n")
+    with source.open("ab") as f:
+        f.write((end + end.join(corpus_lines(25, seed=4)) + end).encode())
     resumed = _run(source, out, minilm_dir, "--shard-bytes", "500", "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert "embedded 65 texts" in resumed.stdout
@@ -1466,3 +1467,23 @@ def test_stops_held_leaves_alone_a_handler_set_outside_python(monkeypatch):
     with stream.stops_held():
         assert real(signal.SIGTERM) is before[0] and real(signal.SIGINT) is not before[1]
     assert (real(signal.SIGTERM), real(signal.SIGINT)) == before
+
+
+def test_stops_held_puts_every_handler_back_if_a_stop_comes_between_two(monkeypatch):
+    """A Ctrl-C handled just after the first handler was put back left the other on the one
+    that notes: later SIGTERMs were noted, never handled."""
+    real = signal.signal
+    calls = []
+
+    def stopped_once_back(number, handler):  # the first put back, then a Ctrl-C
+        previous = real(number, handler)
+        calls.append(number)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return previous
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(signal, "signal", stopped_once_back)
+    with pytest.raises(KeyboardInterrupt), stream.stops_held():
+        pass
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

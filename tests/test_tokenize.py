@@ -98,6 +98,7 @@ def test_too_long_is_an_error_unless_truncation_is_asked(embedder):
         (["a"], b"c", "pairs is bytes"),
         (5, None, "texts must be a str or a list of str, not int"),
         (None, None, "texts must be a str or a list of str, not None"),
+        (None, "x", "texts must be a str or a list of str, not None"),
         ({"a": 1}, None, "texts must be a str or a list of str, not dict"),
         ({"a", "b"}, None, "not set"),
         ("a", ["c"], "pairs must be a str for a single text, not list"),
