@@ -140,7 +140,7 @@ class Fetched:
     full_bytes: int  # size of the weights file(s) on the Hub: the shards holding embeddings
     cached: bool  # found in the cache, nothing downloaded
     repaired: str | None = None  # what was wrong with the cached entry fetched again
-    shards: tuple[int, int] = (1, 1)  # (shards full_bytes counts, shards the index names)
+    shards: tuple[int, int] = (1, 1)  # of a download: (shards full_bytes counts, all shards)
 
 
 def resolve(
@@ -460,7 +460,7 @@ def download(repo_id: str, revision: str | None, full: bool, access: Access) -> 
         if name in files:
             _hf_download(repo_id, name, commit, access)
     config = read_config(snapshot)
-    fetched = None if full else whole_cached(repo_id, revision, commit, snapshot)
+    fetched = None if full else whole_cached(repo_id, revision, snapshot, access)
     if fetched is None and not full:
         try:
             fetched = fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
@@ -476,19 +476,21 @@ def download(repo_id: str, revision: str | None, full: bool, access: Access) -> 
     return fetched
 
 
-def whole_cached(repo_id: str, revision: str | None, commit: str, snapshot: Path):
+def whole_cached(repo_id: str, revision: str | None, snapshot: Path, access: Access):
     """The whole weights of the commit, as Fetched, where a fetch with full cached them whole
     and sound and npbert has cut no entry of its own: they load as they are (from_cache takes
     them too), and range-fetching their embedding tensors again would download them twice.
     None otherwise: the entry, sound or to repair, is fetch_embeddings' to answer for."""
-    if (snapshot / EMBEDDINGS_DIR).exists() or (snapshot / EMBEDDINGS_DIR).is_symlink():
+    entry, commit = snapshot / EMBEDDINGS_DIR, snapshot.name
+    if entry.exists() or entry.is_symlink():
         return None
-    if not ((snapshot / WEIGHTS_FILE).is_file() or holds_shards(snapshot, snapshot)):
+    try:
+        found = from_cache(repo_id, commit, True, access)
+    except InputError:  # damaged: fetch_embeddings cuts an entry of its own instead
         return None
-    if damage(snapshot) is not None:
+    if found is None:
         return None
-    source = _source(repo_id, revision, commit, partial=False)
-    return Fetched(snapshot, source, 0, _weights_size(snapshot), True)
+    return replace(found, source=_source(repo_id, revision, commit, partial=False))
 
 
 def model_info(repo_id: str, revision: str | None, access: Access):

@@ -1223,3 +1223,12 @@ def test_fetch_of_a_sharded_repo_says_which_shards_its_share_counts(hub, full):
     assert re.search(r"out of [\d,]+ in the 1 of 2 shards holding the embeddings \(", result.stdout)
     single = hub.run("fetch", "test/tiny", *full)
     assert "out of" in single.stdout and "shards" not in single.stdout
+
+
+def test_fetch_after_a_whole_download_that_was_damaged_cuts_an_entry_of_its_own(hub):
+    assert hub.run("fetch", "test/tiny", "--full").returncode == 0
+    whole = snapshot(hub, "test/tiny") / "model.safetensors"
+    whole.write_bytes(whole.read_bytes()[:-100])  # cut short
+    result = hub.run("fetch", "test/tiny")
+    assert result.returncode == 0, result.stderr
+    assert "embedding tensors only" in result.stdout and len(entries(hub, "test/tiny")) == 1
