@@ -522,10 +522,9 @@ def model_info(repo_id: str, revision: str | None, access: Access):
 
 def not_model_info(repo_id: str, error: Exception) -> InputError:
     """An answer that is not a Hub's model info: a login page, a server at the wrong address."""
-    from huggingface_hub import constants
 
     return InputError(
-        f"{constants.ENDPOINT} answered for {repo_id} with what is not a Hub's model info "
+        f"{hub_address()} answered for {repo_id} with what is not a Hub's model info "
         f"({type(error).__name__}: {first_line(error)}): is HF_ENDPOINT a Hub?"
     )
 
@@ -955,7 +954,6 @@ def quiet_library_logs():
 @contextmanager
 def hub_errors(repo_id: str, revision: str | None, access: Access):
     """huggingface_hub's, the network's and the disk's exceptions as one-line InputErrors."""
-    from huggingface_hub import constants
     from huggingface_hub import utils as hf
 
     at = f"{repo_id}" + (f" at revision {revision}" if revision else "")
@@ -977,7 +975,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
         if token_refused(error):  # 0.x calls every 401 of the API "repository not found"
             raise answered(at, error) from None
         raise NotFound(
-            f"{repo_id}: repository not found on {constants.ENDPOINT} (if it is private, pass a "
+            f"{repo_id}: repository not found on {hub_address()} (if it is private, pass a "
             f"token with {PASS_A_TOKEN})"
         ) from None
     except hf.RevisionNotFoundError:
@@ -1017,10 +1015,9 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
 def stripped_answer(error: Exception) -> InputError:
     """huggingface_hub's FileMetadataError: the answer for a file lacked the headers the Hub
     sends (its ETag, the commit), which a proxy between here and the Hub may remove."""
-    from huggingface_hub import constants
 
     return InputError(
-        f"{constants.ENDPOINT} answered without the headers a Hub sends ({first_line(error)}): "
+        f"{hub_address()} answered without the headers a Hub sends ({first_line(error)}): "
         "is a proxy removing them, or HF_ENDPOINT not a Hub?"
     )
 
