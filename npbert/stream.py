@@ -157,7 +157,8 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
             with closing(engine(directory, named)) as embedded:  # closed: no worker writing
                 for name, chunk, tokens in embedded:
                     due = time.monotonic() - written >= INDEX_EVERY
-                    commit_shard(directory, index, name, chunk, tokens, write=due)
+                    with stops_held():  # a stop between its steps: an index --resume refuses
+                        commit_shard(directory, index, name, chunk, tokens, write=due)
                     written = time.monotonic() if due else written
                     bar.update(chunk.size, tokens)
             index["complete"] = True

@@ -1487,3 +1487,34 @@ def test_stops_held_puts_every_handler_back_if_a_stop_comes_between_two(monkeypa
     with pytest.raises(KeyboardInterrupt), stream.stops_held():
         pass
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_stop_in_the_middle_of_a_commit_leaves_an_index_that_resumes(tmp_path, monkeypatch):
+    """Ctrl-C after a shard was listed but before the counts were: the index written on the
+    way out disagreed with itself, and every --resume refused it."""
+
+    class Listed(list):  # Ctrl-C as the shard is listed
+        def append(self, shard):
+            super().append(shard)
+            if len(self) == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    start_index = stream.start_index
+    monkeypatch.setattr(
+        stream, "start_index", lambda *a: {**(i := start_index(*a)), "shards": Listed(i["shards"])}
+    )
+    embedder = npbert.Embedder.from_pretrained(TINY)
+    source = tmp_path / "c.txt"
+    source.write_text("\n".join(corpus_lines(60, seed=2, longest=20)) + "\n")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stream.embed_corpus(embedder, source, tmp_path / "o", shard_bytes=300, workers=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    monkeypatch.undo()
+    stream.embed_corpus(embedder, source, tmp_path / "o", shard_bytes=300, resume=True)
+    fresh = tmp_path / "fresh"
+    stream.embed_corpus(embedder, source, fresh, shard_bytes=300)
+    for ours, theirs in zip(read_corpus(tmp_path / "o"), read_corpus(fresh), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
