@@ -143,6 +143,21 @@ def total_size(files: list[tuple[str, str]]) -> int | None:
     return sum(os.path.getsize(path) for path, _ in files)
 
 
+def size_before(files: list[tuple[str, str]], chunk: Chunk | None) -> int:
+    """Bytes of the input files before `chunk` (None: all of them), as the progress bar counts
+    them: the files before its own, and its own file up to it (a Parquet file's share by
+    rows, as its chunks' sizes are)."""
+    total = 0
+    for path, input_format in files:
+        if chunk is not None and path == chunk.path:
+            if input_format != "parquet":
+                return total + chunk.start
+            rows = _parquet_file(path)[0].metadata.num_rows
+            return total + os.path.getsize(path) * chunk.start // max(rows, 1)
+        total += os.path.getsize(path)
+    return total
+
+
 class Consumed:
     """A running count and sha256 of the input consumed: what identifies it in the index.
     Each file's name and format are hashed before its first byte: the same bytes cut into

@@ -48,7 +48,15 @@ from npbert.model import Embedder, check_embedder, check_encodings
 from npbert.npyfile import check_header, load_npy, regular_file
 from npbert.progress import Progress, check_mode
 from npbert.ragged import embed_encodings
-from npbert.sources import Chunk, Consumed, chunks, input_files, read_chunk, total_size
+from npbert.sources import (
+    Chunk,
+    Consumed,
+    chunks,
+    input_files,
+    read_chunk,
+    size_before,
+    total_size,
+)
 
 INDEX = "index.json"
 # An index.json of another version is refused by --resume, which cannot continue it.
@@ -148,8 +156,12 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
     with writing(directory):
         index = start_index(directory, settings, resume)
         done = index.get("consumed")
-        pieces = chunks(files, settings["shard_bytes"], done)
-        bar = Progress(progress, total_size(files), done["bytes"] if done else 0)
+        pieces, start = chunks(files, settings["shard_bytes"], done), 0
+        if done:  # the bar starts at the input the shards hold: where the next chunk starts
+            following = next(pieces, None)
+            start = progress_start(files, done, following)
+            pieces = itertools.chain([] if following is None else [following], pieces)
+        bar = Progress(progress, total_size(files), start)
         first = len(index["shards"])
         named = ((f"shard-{n:05d}", chunk) for n, chunk in enumerate(pieces, first))
         written = time.monotonic()
@@ -167,6 +179,15 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
             remove_pending(directory)
             write_index(directory, index)  # the shards committed, on an interruption too
     return index
+
+
+def progress_start(files: list, done: dict, following: Chunk | None) -> int:
+    """Where a resumed run's progress bar starts, in its units: the input's bytes before the
+    chunk that follows what the shards hold (None: all). The bytes the shards' texts were
+    hashed as (done["bytes"]) are those only for lines: a Parquet file's are its rows' JSON."""
+    if total_size(files) is None:  # standard input: bytes as read
+        return done["bytes"]
+    return size_before(files, following)
 
 
 # Seconds between two writes of the index during a run. Each write is of the whole index, so

@@ -1518,3 +1518,34 @@ def test_a_stop_in_the_middle_of_a_commit_leaves_an_index_that_resumes(tmp_path,
     stream.embed_corpus(embedder, source, fresh, shard_bytes=300)
     for ours, theirs in zip(read_corpus(tmp_path / "o"), read_corpus(fresh), strict=True):
         np.testing.assert_array_equal(ours, theirs)
+
+
+def test_a_resumed_parquet_run_starts_its_progress_at_its_rows_share_of_the_file(
+    tmp_path, monkeypatch, embedder
+):
+    """The bar started at the bytes of JSON the rows done were hashed as, against the file's
+    size: no percentage, and past 100% before the end."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from npbert.sources import Consumed, row_bytes
+
+    texts = corpus_lines(200, seed=8, longest=30)
+    source, out = tmp_path / "c.parquet", tmp_path / "o"
+    pq.write_table(pa.table({"text": texts}), source)
+    stream.embed_corpus(embedder, source, out, shard_bytes=2000)
+    index = json.loads((out / "index.json").read_text())
+    kept = index["shards"][:3]  # as if stopped after three shards
+    done = sum(s["texts"] for s in kept)
+    consumed = Consumed()
+    consumed.start_file(str(source), "parquet")
+    consumed.add(b"".join(row_bytes(t, None) for t in texts[:done]), done)
+    index.update(shards=kept, texts=done, tokens=sum(s["tokens"] for s in kept), complete=False)
+    (out / "index.json").write_text(json.dumps({**index, "consumed": consumed.state()}))
+    started = []
+    progress = stream.Progress
+    monkeypatch.setattr(stream, "Progress", lambda *a: started.append(a) or progress(None, *a[1:]))
+    stream.embed_corpus(embedder, source, out, shard_bytes=2000, resume=True)
+    size = source.stat().st_size
+    assert started == [(None, size, size * done // len(texts))]
+    assert consumed.state()["bytes"] != size * done // len(texts)  # the units that were used
