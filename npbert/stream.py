@@ -334,10 +334,23 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
                 )
         read_shard(directory, shard, index, "--resume")
     remove_pending(directory)
+    remove_unlisted(directory, len(index["shards"]))
     return index
 
 
-PENDING = re.compile(rf"\.shard-\d{{5,}}({'|'.join(map(re.escape, SHARD_FILES.values()))})\.npy")
+def remove_unlisted(directory: Path, listed: int) -> None:
+    """Shard files numbered past the index's `listed` shards: committed in the second before
+    the run was killed (the index is written once a second), and embedded again as the run
+    goes on, or else left behind, where the input now ends sooner."""
+    for path in directory.iterdir():
+        found = COMMITTED.fullmatch(path.name)
+        if found and int(found[1]) >= listed:
+            path.unlink(missing_ok=True)
+
+
+SUFFIXES = "|".join(map(re.escape, SHARD_FILES.values()))
+PENDING = re.compile(rf"\.shard-\d{{5,}}({SUFFIXES})\.npy")
+COMMITTED = re.compile(rf"shard-(\d{{5,}})({SUFFIXES})\.npy")
 
 
 def is_pending(path: Path) -> bool:

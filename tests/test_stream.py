@@ -1549,3 +1549,20 @@ def test_a_resumed_parquet_run_starts_its_progress_at_its_rows_share_of_the_file
     size = source.stat().st_size
     assert started == [(None, size, size * done // len(texts))]
     assert consumed.state()["bytes"] != size * done // len(texts)  # the units that were used
+
+
+def test_resume_removes_shards_a_killed_run_committed_but_did_not_list(tmp_path, embedder):
+    """Left by kill -9 in the second before the index was written: where the input then ended
+    sooner, they stayed for good, unlisted."""
+    source, out = tmp_path / "c.txt", tmp_path / "o"
+    source.write_text("\n".join(corpus_lines(40, seed=9)) + "\n")
+    stream.embed_corpus(embedder, source, out, shard_bytes=300)
+    listed = json.loads((out / "index.json").read_text())["shards"]
+    stale = [
+        out / f"shard-{len(listed) + 5:05d}{suffix}.npy" for suffix in stream.SHARD_FILES.values()
+    ]
+    for path in stale:
+        shutil.copy(out / f"shard-00000{path.name[11:]}", path)
+    stream.embed_corpus(embedder, source, out, shard_bytes=300, resume=True)
+    assert not any(path.exists() for path in stale)
+    assert len(list(read_corpus(out))) == 40
