@@ -522,7 +522,6 @@ def model_info(repo_id: str, revision: str | None, access: Access):
 
 def not_model_info(repo_id: str, error: Exception) -> InputError:
     """An answer that is not a Hub's model info: a login page, a server at the wrong address."""
-
     return InputError(
         f"{hub_address()} answered for {repo_id} with what is not a Hub's model info "
         f"({type(error).__name__}: {first_line(error)}): is HF_ENDPOINT a Hub?"
@@ -624,7 +623,6 @@ def still_waiting(filename: str):
     """Log one line if fetching a small file takes longer than its first request may. When
     that request gets no answer and nothing is cached, recent huggingface_hub (not 0.x) retries
     it with a 60 s timeout of its own, 6 times: over 6 minutes with no sign of life."""
-
     after = first_answer_timeout() + 2
     return notice_after(
         after,

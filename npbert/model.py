@@ -104,9 +104,9 @@ def embed_stages(
     show. Arguments as embed(), but threads: this runs on the calling thread. The stages are
     named word, token_type, position, sum, embed_proj (DeBERTa's projection), normalized,
     embeddings (each where the family has it), and with project=True the projection after
-    the module as "projected" last. Each is
-    (..., L, E) or (..., L, H) in dtype; a position stage of BERT's default positions 0..L-1 is
-    (L, E), shared by the batch (RoBERTa's, counted from the padding, are (..., L, E)).
+    the module as "projected" last. Each is (..., L, E) or (..., L, H) in dtype; a position
+    stage of BERT's default positions 0..L-1 is (L, E), shared by the batch (RoBERTa's,
+    counted from the padding, are (..., L, E)).
     """
     check_weights(weights)
     check_flag("project", project)

@@ -192,8 +192,8 @@ def progress_start(files: list, done: dict, following: Chunk | None) -> int:
 
 # Seconds between two writes of the index during a run. Each write is of the whole index, so
 # writing it after every shard made a run quadratic in its shards (20,000 texts in 2,184
-# shards: 55 s, most of it writing the index); a run killed with SIGKILL embeds again the
-# shards of its last second, whose files it replaces.
+# shards: 55 s, most of it writing the index); after a run killed with SIGKILL, --resume
+# removes the shards of its last second, which the index does not list, and embeds them again.
 INDEX_EVERY = 1.0
 
 
