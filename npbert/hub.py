@@ -1013,7 +1013,6 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
 def stripped_answer(error: Exception) -> InputError:
     """huggingface_hub's FileMetadataError: the answer for a file lacked the headers the Hub
     sends (its ETag, the commit), which a proxy between here and the Hub may remove."""
-
     return InputError(
         f"{hub_address()} answered without the headers a Hub sends ({first_line(error)}): "
         "is a proxy removing them, or HF_ENDPOINT not a Hub?"
@@ -1030,7 +1029,6 @@ def missing_file(error) -> str:
 def failed_request(at: str, error: Exception) -> InputError:
     """A request that got no answer or a broken one (after huggingface_hub's retries, where it
     makes them), naming the file it was for: the Hub had answered npbert's first request."""
-
     name = requested_file(error)
     what = "no answer" if timed_out(error) else "network error"
     where = f"for {name} from" if name else "talking to"
