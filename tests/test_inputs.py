@@ -280,7 +280,7 @@ def test_a_list_mixing_uint64_and_int_ids_is_ids_not_floats():
         ("tiny-roberta", r"has 11 tokens that are not padding, more than max_length \(10, of a"),
     ],
 )
-def test_a_max_length_set_below_the_position_table_limits_ids_in_every_family(family, message):
+def test_a_max_length_below_the_position_table_limits_derived_positions_alike(family, message):
     """A config made in code may set max_length below the table: BERT's positions were held
     to it under the table's name, RoBERTa's derived positions only to the table."""
     loaded = npbert.load_weights(DATA / family)
