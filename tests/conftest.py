@@ -1,10 +1,17 @@
 """Shared fixtures: the checkpoints, the goldens, and a record of measured differences."""
 
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# A run started in the background by a shell without job control (`nohup ... &`, `cmd &` in
+# a script) inherits SIGINT ignored, and so would every command the tests start: the tests of
+# Ctrl-C need it delivered as from a terminal. (A handler set here is SIG_DFL after exec.)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"

@@ -1438,7 +1438,7 @@ def test_a_file_still_being_written_is_read_as_it_was_not_split_mid_line(tmp_pat
 def test_a_stop_while_the_workers_are_forked_stops_the_run(tmp_path, number, code, line):
     """Its handler raised inside an at-fork hook, where Python drops the exception: the run
     went on to the end (exit 0) with a traceback, and ignored every later Ctrl-C."""
-    (tmp_path / "c.txt").write_text("\n".join(corpus_lines(200)) + "\n")
+    (tmp_path / "c.txt").write_text("\n".join(corpus_lines(200, longest=20)) + "\n")
     script = (
         "import os, signal, sys\n"
         "from npbert.cli import main\n"
