@@ -156,10 +156,10 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
     with writing(directory):
         index = start_index(directory, settings, resume)
         done = index.get("consumed")
-        pieces, start = chunks(files, settings["shard_bytes"], done), 0
-        if done:  # the bar starts at the input the shards hold: where the next chunk starts
-            following = next(pieces, None)
-            start = progress_start(files, done, following)
+        pieces, start = chunks(files, settings["shard_bytes"], done), done["bytes"] if done else 0
+        if start and total_size(files) is not None:  # resumed: the bar starts at the next
+            following = next(pieces, None)  # chunk (the bytes the shards' texts were hashed as
+            start = size_before(files, following)  # are a Parquet file's rows' JSON)
             pieces = itertools.chain([] if following is None else [following], pieces)
         bar = Progress(progress, total_size(files), start)
         first = len(index["shards"])
@@ -179,15 +179,6 @@ def run_job(settings: dict, directory, engine: Engine, *, resume: bool, progress
             remove_pending(directory)
             write_index(directory, index)  # the shards committed, on an interruption too
     return index
-
-
-def progress_start(files: list, done: dict, following: Chunk | None) -> int:
-    """Where a resumed run's progress bar starts, in its units: the input's bytes before the
-    chunk that follows what the shards hold (None: all). The bytes the shards' texts were
-    hashed as (done["bytes"]) are those only for lines: a Parquet file's are its rows' JSON."""
-    if total_size(files) is None:  # standard input: bytes as read
-        return done["bytes"]
-    return size_before(files, following)
 
 
 # Seconds between two writes of the index during a run. Each write is of the whole index, so
