@@ -266,8 +266,16 @@ class Embedder:
         encodings = self._tokenize(texts, pairs, truncation, max_length)
         return self._pad(encodings, range(len(encodings)))
 
-    def embed(self, encoding, **kwargs) -> np.ndarray:
-        """embed() of an Encoding: its token types where the family has a table, its mask."""
+    def embed(
+        self,
+        encoding,
+        *,
+        dtype: type = np.float32,
+        project: bool = False,
+        threads: int | None = None,
+    ) -> np.ndarray:
+        """embed() of an Encoding: its ids, its token types where the family has a table, its
+        mask; dtype, project and threads as embed() takes them."""
         from npbert.tokenize import Encoding
 
         if not isinstance(encoding, Encoding):
@@ -281,10 +289,17 @@ class Embedder:
         if encoding.input_ids.shape[-1] == 0:
             # Texts of no tokens (a tokenizer that adds none, given empty texts) embed to
             # (B, 0, E), as in the corpus job; embed() refuses empty ids, more likely a bug
-            # where ids are given. One token, cut off, gives the width and dtype kwargs ask for.
+            # where ids are given. One token, cut off, gives the width and dtype asked for.
             one = np.zeros((len(encoding.input_ids), 1), np.int64)  # (B, 1)
-            return embed(self.weights, one, None if types is None else one, **kwargs)[:, :0]
-        return embed(self.weights, encoding.input_ids, types, attention_mask=mask, **kwargs)
+            kept = embed(
+                self.weights, one, None if types is None else one,
+                dtype=dtype, project=project, threads=threads,
+            )  # fmt: skip
+            return kept[:, :0]
+        return embed(
+            self.weights, encoding.input_ids, types, attention_mask=mask,
+            dtype=dtype, project=project, threads=threads,
+        )  # fmt: skip
 
     def __call__(
         self,

@@ -118,6 +118,11 @@ def test_encode_takes_what_call_takes(embedder):
     one = embedder.encode("a b", "c")  # a batch of one
     np.testing.assert_array_equal(one.input_ids, embedder.encode(["a b"], ["c"]).input_ids)
     np.testing.assert_array_equal(embedder.embed(one)[0], embedder("a b", "c").embeddings)
+    np.testing.assert_array_equal(
+        embedder.embed(one, threads=1, project=False), embedder.embed(one)
+    )
+    with pytest.raises(TypeError, match="unexpected keyword argument 'attention_mask'"):
+        embedder.embed(one, attention_mask=one.attention_mask)  # the Encoding's own
 
 
 @pytest.mark.parametrize("given", [["hi"], "hi", np.array([[101, 102]]), None])
