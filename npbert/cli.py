@@ -1005,7 +1005,8 @@ def describe(config) -> str:
     return (
         f"{config.model_type}: {config.formula}; vocab {config.vocab_size}, width "
         f"{config.embedding_size}, hidden {config.hidden_size}, {positions}, "
-        f"{config.type_vocab_size} token types, eps {config.layer_norm_eps:g}"
+        f"{config.type_vocab_size} token type{'s' * (config.type_vocab_size != 1)}, "
+        f"eps {config.layer_norm_eps:g}"
     )
 
 

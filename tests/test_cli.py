@@ -1113,3 +1113,14 @@ def test_explain_refuses_a_batch_of_ids_before_it_looks_for_the_model(tmp_path, 
     missing = tmp_path / "no-model"
     code, _, err = run(capsys, "explain", "--ids-file", tmp_path / "two.npy", "--model", missing)
     assert code == 2 and "explain walks through one sequence" in err, err
+
+
+def test_describe_counts_one_token_type_in_the_singular():
+    import dataclasses
+
+    from npbert.cli import describe
+
+    config = npbert.load_weights(TINY).config
+    assert "2 token types, eps" in describe(config)
+    one = dataclasses.replace(config, type_vocab_size=1)
+    assert "1 token type, eps" in describe(one)  # was "1 token types"
