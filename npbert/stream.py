@@ -567,9 +567,11 @@ def single_threaded_tokenizers():
 @contextmanager
 def stops_held():
     """SIGINT and SIGTERM noted while the block runs, and handled as they would have been once
-    it is done: a handler that raises while os.fork runs does so in an at-fork hook, where
-    Python drops the exception ("Exception ignored in ..."), and the Ctrl-C is lost (the CLI's
-    handler, which ignores further ones, left the run deaf to them). Outside the main thread,
+    it is done, for steps a stop must not cut in two: committing a shard (an index that lists
+    it without its counts), and forking the workers (a handler that raises while os.fork runs
+    does so in an at-fork hook, where Python drops the exception, "Exception ignored in ...",
+    and the Ctrl-C was lost; the CLI's handler, which ignores further ones, left the run deaf
+    to them). Outside the main thread,
     which alone runs handlers, nothing to do; nor to a handler set outside Python (getsignal
     gives None), which could not be put back."""
     if threading.current_thread() is not threading.main_thread():
