@@ -213,7 +213,7 @@ def fetch(
                 if cached is not None:
                     return cached
             if access.offline:
-                at = repo_id + (f" at revision {revision}" if revision else "")  # what is missing
+                at = named_at(repo_id, revision)  # what is missing
                 if full and cut_cached(repo_id, revision, access):
                     at = f"the whole weights file of {at} (only its embedding tensors are cached)"
                 raise NotFound(
@@ -223,6 +223,12 @@ def fetch(
             return download(repo_id, revision, full, access)
     except Unreachable as error:  # from any request, as hub_errors names it
         raise unreachable(error, repo_id, revision, full, access) from None
+
+
+def named_at(repo_id: str, revision: str | None) -> str:
+    """The repo, and the revision where one was asked for, as messages name what they are
+    about: "ORG/NAME at revision R"."""
+    return f"{repo_id}" + (f" at revision {revision}" if revision else "")
 
 
 def cut_cached(repo_id: str, revision: str | None, access: Access) -> bool:
@@ -242,7 +248,7 @@ def unreachable(error: Unreachable, repo_id, revision, full: bool, access: Acces
         return InputError(f"{error.reach}, and {damaged}")
     if cached is None:
         return error
-    at = repo_id + (f" at revision {revision}" if revision else "")
+    at = named_at(repo_id, revision)
     return InputError(
         f"{error.reach}, to check {at} for a newer commit; the copy cached at "
         f"{cached.source['commit'][:12]} still loads (only `npbert fetch` asks the Hub first)"
@@ -368,7 +374,9 @@ def entry_damage(entry: Path, snapshot: Path) -> str | None:
     record = npbert_record(entry / WEIGHTS_FILE)
     if not {"repo", "commit"} <= record.keys():  # an older npbert's record: nothing to compare
         return None
-    held = (f"models--{str(record['repo']).replace('/', '--')}", record["commit"])
+    from huggingface_hub.file_download import repo_folder_name
+
+    held = (repo_folder_name(repo_id=str(record["repo"]), repo_type="model"), record["commit"])
     if held != (snapshot.parent.parent.name, snapshot.name):
         return f"{entry} holds {record['repo']} at {record['commit']}"
     return None
@@ -954,7 +962,7 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
     """huggingface_hub's, the network's and the disk's exceptions as one-line InputErrors."""
     from huggingface_hub import utils as hf
 
-    at = f"{repo_id}" + (f" at revision {revision}" if revision else "")
+    at = named_at(repo_id, revision)
     try:
         yield
     except hf.HFValidationError as error:
