@@ -334,9 +334,12 @@ def position_padding_idx(family, pad_token_id, positions, where) -> int | None:
 
 def max_length(raw, family, positions, padding_idx, where) -> int | None:
     """Tokens a sequence may have: the position table's rows (RoBERTa: minus padding_idx + 1,
-    so 512 of 514), or the model's stated limit where positions are rotary."""
+    so 512 of 514), or the model's stated limit (its config's default where config.json is
+    silent) where positions are rotary or relative; None for Funnel, which has none."""
     if positions is None:
-        limit = _integer(raw, family.max_length_key, where)
+        if family.max_length_key is None:
+            return None
+        limit = _integer(raw, family.max_length_key, where, family.max_length_default)
         if limit == 0:
             raise InputError(f"{where}: {family.max_length_key} is 0: no text would fit")
         return limit

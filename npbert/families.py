@@ -45,7 +45,10 @@ class Family:
     eps_default: float = 1e-12
     pad_default: int | None = 0  # pad_token_id when config.json has none
     hidden_key: str = "hidden_size"
-    max_length_key: str = "max_position_embeddings"  # the model's limit where it has no table
+    # The model's limit on tokens where it has no position table, and its config's default
+    # for it; key None: the model has no limit (Funnel's attention takes any length).
+    max_length_key: str | None = "max_position_embeddings"
+    max_length_default: int | None = None
     # Tensors that exist only when a config key is true (non-zero), with the key's default.
     optional: dict[str, tuple[str, object]] = field(default_factory=dict)
     projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer) or "inside"
@@ -219,6 +222,7 @@ FAMILIES: dict[str, Family] = {
         "roformer",
         WORD | TOKEN_TYPE | LAYER_NORM | projection("embeddings_project"),
         positions="none",
+        max_length_default=1536,  # RoFormerConfig's
         projection="after",
         formula_of=projected_after("LayerNorm(W + T) at width E", "; positions are rotary"),
         reads_embedding_size=True,
@@ -246,6 +250,7 @@ FAMILIES: dict[str, Family] = {
         "deberta",
         BERT | projection("embeddings.embed_proj", bias=False),
         eps_default=1e-7,
+        max_length_default=512,  # DebertaConfig's and DebertaV2Config's, read without P
         optional={
             "position_embeddings": ("position_biased_input", True),
             "token_type_embeddings": ("type_vocab_size", 0),
@@ -265,6 +270,7 @@ FAMILIES: dict[str, Family] = {
             "layer_norm_bias": ("embeddings.norm.bias",),
         },
         positions="none",
+        max_length_default=8192,  # ModernBertConfig's
         eps_key="norm_eps",
         eps_default=1e-5,
         pad_default=50283,
@@ -280,6 +286,7 @@ FAMILIES: dict[str, Family] = {
             "layer_norm_bias": ("embeddings.layer_norm.bias",),
         },
         positions="none",
+        max_length_key=None,
         eps_default=1e-9,
         pad_default=None,
         hidden_key="d_model",
@@ -300,6 +307,7 @@ NOMIC_TRANSFORMERS = Family(
     | {"layer_norm_weight": ("emb_ln.weight", "embeddings.LayerNorm.weight")}
     | {"layer_norm_bias": ("emb_ln.bias", "embeddings.LayerNorm.bias")},
     positions="none",
+    max_length_default=2048,  # NomicBertConfig's
     vocab_txt=True,
 )
 NOMIC_CONTRASTORS = replace(
@@ -313,6 +321,7 @@ NOMIC_CONTRASTORS = replace(
     eps_default=1e-5,  # its NomicBertConfig extends GPT2Config, whose default this is
     hidden_key="n_embd",
     max_length_key="n_positions",
+    max_length_default=1024,  # GPT2Config's
     optional={"token_type_embeddings": ("type_vocab_size", 2)},
     refuse={  # (prenorm changes the layers only: emb_ln(W + T) comes first either way)
         # its NomicBertConfig's default is 0.0: a learned position table, not rotary positions

@@ -513,3 +513,38 @@ def test_the_formula_is_the_checkpoints_with_config_json_choices_made():
     assert config["bert"].formula == config["bert"].family.formula == "LayerNorm((W + T) + P)"
     for name in ("deberta-v2", "big_bird", "electra"):
         assert " if " in FAMILIES[name].formula  # the family's says what decides each part
+
+
+@pytest.mark.parametrize(
+    "name, key, default",
+    [  # the model's config class's default for the key, as transformers (or nomic) sets it
+        ("tiny-roformer", "max_position_embeddings", 1536),
+        ("tiny-modernbert", "max_position_embeddings", 8192),
+        ("tiny-deberta-v2", "max_position_embeddings", 512),
+        ("tiny-nomic-bert-transformers", "max_position_embeddings", 2048),
+        ("tiny-nomic-bert", "n_positions", 1024),  # nomic's config extends GPT2Config
+    ],
+)
+def test_a_limit_config_json_leaves_out_is_the_models_default(tmp_path, name, key, default):
+    """Without a position table, the limit on tokens is the config's; where config.json is
+    silent, the model's config class fills in its default, and texts past it were taken."""
+    from conftest import DATA
+
+    shutil.copytree(DATA / name, tmp_path / "m")
+    config = json.loads((DATA / name / "config.json").read_text())
+    del config[key]
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    assert npbert.load_weights(tmp_path / "m").config.max_length == default
+
+
+def test_funnel_has_no_limit_whatever_config_json_says(tmp_path):
+    """Funnel's model takes texts of any length, and its config has no key for a limit."""
+    from conftest import DATA
+
+    shutil.copytree(DATA / "tiny-funnel", tmp_path / "m")
+    config = json.loads((DATA / "tiny-funnel" / "config.json").read_text())
+    config["max_position_embeddings"] = 8  # a stray key: FunnelConfig has none
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    weights = npbert.load_weights(tmp_path / "m")
+    assert weights.config.max_length is None
+    assert npbert.embed(weights, np.ones((1, 20), np.int64)).shape[:2] == (1, 20)
