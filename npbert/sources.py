@@ -53,7 +53,8 @@ class Record:
 @dataclass(frozen=True)
 class Chunk:
     """The input of one shard: a byte range of a text file (lines), or a row range of a
-    Parquet file; `data` holds the bytes themselves where they cannot be read again (stdin)."""
+    Parquet file; `data` holds the bytes themselves where they cannot be read again (stdin,
+    /proc)."""
 
     path: str  # "-" for standard input
     format: str  # txt, jsonl or parquet
@@ -224,6 +225,9 @@ def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefi
     ends where the file ends, inside a line, is the last: a file still being written is read
     as it was then (read on, the rest of that line would be a text of its own)."""
     with _open(path) as stream:
+        # Sent with the chunk where its bytes cannot be read again: stdin, and the pseudo-files
+        # of /proc and /sys, which say they hold 0 bytes and give other bytes at each read.
+        kept = path == "-" or os.fstat(stream.fileno()).st_size == 0
         line, offset = _skip_lines(path, stream, consumed, prefix)
         while data := _read_up_to(stream, shard_bytes):
             if not data.endswith(b"\n"):
@@ -236,7 +240,7 @@ def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefi
             yield Chunk(
                 path, input_format, line, offset, offset + len(data), texts,
                 hashlib.sha256(data).hexdigest(), consumed.state(), len(data),
-                data if path == "-" else None,
+                data if kept else None,
             )  # fmt: skip
             if not data.endswith(b"\n"):
                 return  # the file ended inside a line, its last (see above)

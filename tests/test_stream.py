@@ -1566,3 +1566,13 @@ def test_resume_removes_shards_a_killed_run_committed_but_did_not_list(tmp_path,
     stream.embed_corpus(embedder, source, out, shard_bytes=300, resume=True)
     assert not any(path.exists() for path in stale)
     assert len(list(read_corpus(out))) == 40
+
+
+def test_a_proc_file_is_embedded_as_read_once(tmp_path, minilm_dir):
+    """/proc/self/status says it holds 0 bytes and gives each reader its own: the workers, which
+    read each chunk's bytes again, found them changed ("run again", which could never work)."""
+    out = tmp_path / "o"
+    result = _run("/proc/self/status", out, minilm_dir, "--input-format", "txt", "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    index = json.loads((out / "index.json").read_text())
+    assert index["texts"] > 5 and len(list(read_corpus(out))) == index["texts"]
