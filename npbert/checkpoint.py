@@ -60,9 +60,11 @@ class EmbeddingWeights:
         derived from these, which an edit in place would leave stale."""
         if not isinstance(self.config, EmbeddingConfig):
             raise InputError(f"EmbeddingWeights: config is {type(self.config).__name__}")
+        # ModernBERT's LayerNorm has a bias only with norm_bias, which the config does not keep
+        no_bias = "layer_norm_bias" in self.config.family.optional
         for name, shape in expected_shapes(self.config).items():
             array = getattr(self, name)
-            if array is None and (shape is None or name in NO_BIAS):
+            if array is None and (shape is None or (no_bias and name == "layer_norm_bias")):
                 continue
             if shape is None or not (
                 isinstance(array, np.ndarray) and array.dtype == np.float32 and array.shape == shape
@@ -92,9 +94,6 @@ class EmbeddingWeights:
         return sum(array.nbytes for array in self.arrays.values())
 
 
-NO_BIAS = ("layer_norm_bias", "projection_bias")  # None: no bias (ModernBERT, DeBERTa)
-
-
 def check_weights(weights) -> None:
     """InputError unless `weights` is an EmbeddingWeights, as every function taking one needs."""
     if not isinstance(weights, EmbeddingWeights):
@@ -108,6 +107,7 @@ def expected_shapes(config: EmbeddingConfig) -> dict[str, tuple[int, ...] | None
     """Each EmbeddingWeights array's shape under `config`; None where the family has none."""
     e, h, out = config.embedding_size, config.hidden_size, config.output_size
     positions, types = config.max_position_embeddings, config.type_vocab_size
+    biased = config.projection and "projection_bias" in config.family.tensors  # not DeBERTa's
     return {
         "word_embeddings": (config.vocab_size, e),
         "layer_norm_weight": (out,),
@@ -115,7 +115,7 @@ def expected_shapes(config: EmbeddingConfig) -> dict[str, tuple[int, ...] | None
         "position_embeddings": None if positions is None else (positions, e),
         "token_type_embeddings": (types, e) if types else None,
         "projection_weight": (h, e) if config.projection else None,
-        "projection_bias": (h,) if config.projection else None,
+        "projection_bias": (h,) if biased else None,
     }
 
 

@@ -274,6 +274,36 @@ def test_weights_that_disagree_with_their_config_are_refused(change, message):
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "field", "message"),
+    [  # BERT without beta computed another layer; ALBERT without its projection's bias failed
+        # in the fast path alone; DeBERTa's projection (no bias in its model) ignored one
+        ("tiny-bert", "layer_norm_bias", "layer_norm_bias is None, but the config (bert) asks"),
+        ("tiny-albert", "projection_bias", "projection_bias is None, but the config (albert)"),
+        ("tiny-electra", "projection_bias", "projection_bias is None, but the config (electra)"),
+        ("tiny-deberta-v2", "projection_bias", "projection_bias is (32,) float32, but the config"),
+    ],
+)
+def test_a_bias_the_family_has_is_needed_and_one_it_has_not_refused(name, field, message):
+    import dataclasses
+
+    from conftest import DATA
+
+    weights = npbert.load_weights(DATA / name)
+    value = None if getattr(weights, field) is not None else np.zeros(32, np.float32)
+    with pytest.raises(InputError, match=re.escape(message)):
+        dataclasses.replace(weights, **{field: value})
+
+
+def test_modernbert_may_have_no_layer_norm_bias():
+    import dataclasses
+
+    from conftest import DATA
+
+    weights = npbert.load_weights(DATA / "tiny-modernbert")
+    assert dataclasses.replace(weights, layer_norm_bias=None).layer_norm_bias is None
+
+
 def test_weights_that_can_be_written_are_copied_so_an_edit_cannot_go_stale():
     import dataclasses
 
