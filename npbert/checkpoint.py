@@ -234,7 +234,8 @@ def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str,
                 f"{where}: {model_type} needs the tensor {' or '.join(candidates)}, which the "
                 "checkpoint does not have"
             )
-        if len(present) > 1:  # transformers renames the legacy name onto the other: it wins
+        if len(present) > 1:  # transformers renames the legacy name onto the current one, so
+            # the legacy tensor silently wins; to anyone else it is not clear: refused
             raise InputError(
                 f"{where}: the checkpoint has both {' and '.join(present)}: which one is the "
                 "layer's is not clear; keep one"

@@ -1,8 +1,9 @@
 """config.json, read and checked: which family the checkpoint is, and the layer's settings.
 
 Every field npbert uses is checked for its type and range before it is used, because a wrong
-value computes silently: a NaN or negative layer_norm_eps gives NaN everywhere, `true` gives 1,
-a huge one gives every token the same output. Sizes are taken from the tensors themselves,
+value computes silently: a NaN layer_norm_eps gives NaN everywhere, a negative one another
+LayerNorm (NaN only in rows whose variance is below |eps|), `true` gives 1, a huge one gives
+every token the same output. Sizes are taken from the tensors themselves,
 and a size config.json states must agree with them.
 """
 
@@ -15,9 +16,10 @@ from npbert.errors import InputError
 from npbert.families import BERT, FAMILIES, REFUSED, Family
 
 CONFIG_FILE = "config.json"
-# What json.loads raises: JSONDecodeError and UnicodeDecodeError (ValueErrors both) for what is
-# not JSON, and for JSON that Python will not read, ValueError for an integer literal longer
-# than sys.get_int_max_str_digits() (4300 digits) and RecursionError for deep nesting.
+# What reading and parsing a JSON file raise: UnicodeDecodeError (reading) and JSONDecodeError
+# (ValueErrors both) for what is not JSON, and for JSON that Python will not read, ValueError
+# for an integer literal longer than sys.get_int_max_str_digits() (4300 digits) and
+# RecursionError for deep nesting.
 JSON_ERRORS = (ValueError, RecursionError)
 
 
@@ -33,7 +35,9 @@ class EmbeddingConfig:
     type_vocab_size: int  # T, rows of the token-type table; 0 without one
     layer_norm_eps: float
     pad_token_id: int | None
-    positions: str  # "absolute": 0..L-1; "padded": RoBERTa's, from padding_idx; "none"
+    # "absolute": 0..L-1; "padded": RoBERTa's, from padding_idx; "none": no table. (Not the
+    # values of transformers' position_embedding_type, where RoBERTa's are "absolute" too.)
+    positions: str
     padding_idx: int | None  # where positions == "padded"
     max_length: int | None  # tokens a sequence may have (None: no limit in the layer)
     word_scale: float = 1.0  # BigBird with rescale_embeddings: sqrt(H)

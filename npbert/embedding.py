@@ -9,7 +9,9 @@ BERT's layer: the paper's sum of three embeddings, normalized as in Google's ref
 
 Every other encoder of the family varies this one line: which of the three tables it has, the
 order in which it adds them (float32 addition is not associative, so the order is kept), how
-it numbers positions, and whether a projection follows. Below: the primitives (lookup,
+it numbers positions, and a few extras: a projection E -> H after the layer (ALBERT; ELECTRA
+and RoFormer where E != H) or before its LayerNorm (DeBERTa), BigBird's scale of the word
+rows, DeBERTa's mask. Below: the primitives (lookup,
 LayerNorm as normalize and scale_shift, linear), the two ways positions are numbered, then one
 short function per formula, each computing what transformers' own `model.embeddings(...)`
 computes. Every family applies dropout somewhere in its layer (BigBird before the LayerNorm,
@@ -95,8 +97,8 @@ def padded_position_ids(input_ids: np.ndarray, padding_idx: int) -> np.ndarray:
 
 def bert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
     """LayerNorm((W + T) + P): BERT, ERNIE; ALBERT and ELECTRA at width E, which then project
-    it E -> H after the layer (npbert.model.embed_stages, project=True); RoBERTa, XLM-RoBERTa
-    and CamemBERT with padded_position_ids."""
+    it E -> H after the layer (ALBERT always, ELECTRA where E != H: npbert.model.embed_stages,
+    project=True); RoBERTa, XLM-RoBERTa and CamemBERT with padded_position_ids."""
     word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
     token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, E)
     position = lookup(w.position_embeddings, position_ids, dtype)  # (L, E) or (B, L, E)
@@ -146,7 +148,7 @@ def distilbert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype
 
 def roformer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
     """LayerNorm(W + T), no position table (rotary positions, applied in attention): RoFormer
-    at width E (then projected E -> H as ALBERT is, see bert), NomicBERT."""
+    at width E (then projected E -> H where E != H, as ELECTRA is, see bert), NomicBERT."""
     word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
     token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, E)
     summed = word + token_type  # (B, L, E)

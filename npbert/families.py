@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from npbert import embedding
 
 # The tensors npbert reads, by EmbeddingWeights field: their names below the model's prefix
-# ("bert.", "roberta.", ... in checkpoints saved with a head; none in a bare model). Legacy
-# names come after the current ones (bert-base-uncased stores LayerNorm.gamma/.beta).
+# ("bert.", "roberta.", ... in checkpoints saved with a head; none in a bare model), each with
+# the legacy names accepted too (bert-base-uncased stores LayerNorm.gamma/.beta).
 WORD = {"word_embeddings": ("embeddings.word_embeddings.weight",)}
 POSITION = {"position_embeddings": ("embeddings.position_embeddings.weight",)}
 TOKEN_TYPE = {"token_type_embeddings": ("embeddings.token_type_embeddings.weight",)}
@@ -68,11 +68,12 @@ class Family:
     dropout_after: str = "embeddings"  # the stage dropout follows (BigBird: before LayerNorm)
     vocab_txt: bool = False  # its tokenizer is BERT's WordPiece, so a vocab.txt alone will do
     no_text: str | None = None  # why its text is refused: a tokenizer the library cannot run
-    # (a config.json key only another code's layout has, the row that reads that layout): the
-    # same layer, its settings under other keys with other defaults (NomicBERT's two).
+    # (key, family): a config.json that has `key` is another code's layout of the same layer,
+    # read with `family`, its settings under other keys with other defaults (NomicBERT: nomic's
+    # own GPT-2-style config has n_embd).
     other_layout: tuple[str, "Family"] | None = None
-    # config key -> (its default where config.json is silent, a test of the value that is
-    # true where the model computes something npbert does not, why)
+    # Settings under which the model computes something npbert does not, refused with the
+    # reason: {config key: (default where config.json is silent, refused(value) -> bool, why)}
     refuse: dict[str, tuple[object, Callable[[object], bool], str]] = field(default_factory=dict)
 
 
@@ -200,7 +201,7 @@ FAMILIES: dict[str, Family] = {
         "albert",
         BERT | projection("encoder.embedding_hidden_mapping_in"),
         projection="after",
-        projection_always=True,
+        projection_always=True,  # so sizes, which decide where a projection is, are not read
         reads_embedding_size=True,
         refuse=ABSOLUTE_ONLY,
     ),

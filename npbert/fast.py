@@ -9,13 +9,13 @@ kinds of rows centered ahead of time, a token is centered by one addition, and
     xc  = Wc[input_ids] + Rc[token_type_ids, position_ids]      # centered rows, (n, E)
     out = xc / sqrt(sum(xc ** 2) / E + eps) * gamma + beta
 
-Rc holds every (token type, position) pair's row, summed and centered in float64 and rounded
-once: T x P rows, 3 MiB for bert-base, made once per weights; a sequence of token type 0 at
-the default positions 0..L-1 adds its first L rows as they lie. Wc is as big as the word table,
-so a word row is centered when it is looked up, with the same float32 operations that make Wc
-for the whole table where that pays (after as many tokens as the table has rows, or for a
-corpus): either way the result is the same, bit for bit, and a text embeds identically alone
-or in any batch, on any number of threads.
+Rc (`added` below; Wc is `words`) holds every (token type, position) pair's row, summed and
+centered in float64 and rounded once: T x P rows, 3 MiB for bert-base, made once per weights; a
+sequence of token type 0 at the default positions 0..L-1 adds its first L rows as they lie. Wc
+is as big as the word table, so a word row is centered when it is looked up, with the same
+float32 operations that make Wc for the whole table where that pays (after as many tokens as the
+table has rows, or for a corpus): either way the result is the same, bit for bit, and a text
+embeds identically alone or in any batch, on any number of threads.
 
 This rounds differently from the specification, which adds the rows one by one in the
 family's order and takes the mean of the sum: the tests hold the two within 2e-6 of each
@@ -97,14 +97,14 @@ def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     return out if inputs.input_ids.ndim == 2 else out[0]
 
 
-@dataclass(slots=True)  # not frozen: a frozen dataclass takes 2 us more to make, per call
+@dataclass(slots=True)  # not frozen: frozen, it took 0.9 us more to make, per call
 class Plan:
     """What one call does to each block of tokens."""
 
     weights: object
     words: np.ndarray  # (V, E): Wc, or W whose rows are centered as they are looked up
     centered: bool  # words is Wc
-    added: np.ndarray | None  # (R, E) rows added to each token, or None
+    added: np.ndarray | None  # (R, E) rows added to each token (Rc, or uncentered), or None
     rows: np.ndarray | None  # (B * L,) the row of `added` each token adds, where no tile
     tile: np.ndarray | None  # (tokens in a block, E): added[rows] when every block adds it
     mask: np.ndarray | None  # (B * L, 1) float32, for DeBERTa
@@ -151,38 +151,41 @@ class Plan:
         add, scale = self.add, weights.config.word_scale
         projection = wide_projection(weights) if inside else None  # (H, E) float64
 
-        buffer = row_buffer(size, out.shape[1])  # the rows normalize divides
+        buffer = row_buffer(size, out.shape[1])  # the rows normalize_centered divides
 
         def work(share) -> None:
             # Scratch only where a block needs it: a call that allocates a few MB it does not
             # use pays for mmap and munmap (glibc's default above 128 KiB), 20 us a call.
-            scratch = np.empty((inside + gathers, size, width), np.float32)
+            gathered = np.empty((size if gathers else 0, width), np.float32)  # added rows
+            unprojected = np.empty((size if inside else 0, width), np.float32)  # DeBERTa's
             wide = np.empty((size if inside else 0, out.shape[1]), np.float64)
             stats = np.empty(size, np.float32)
+            scratch = gathered, unprojected, wide, stats
             if buffer is None:
-                return blocks(share, scratch, wide, stats)
+                return blocks(share, *scratch)
             with np.errstate():  # restores this thread's buffer size when it leaves
                 np.setbufsize(buffer)
-                return blocks(share, scratch, wide, stats)
+                return blocks(share, *scratch)
 
-        def blocks(share, scratch, wide, stats) -> None:
+        def blocks(share, gathered, unprojected, wide, stats) -> None:
             for start, stop in share:
                 n = stop - start
-                x = scratch[-1, :n] if inside else out[start:stop]  # (n, E)
+                x = unprojected[:n] if inside else out[start:stop]  # (n, E)
                 np.take(words, input_ids[start:stop], 0, x, "clip")
                 if not (centered or inside):
                     center(x, scale, stats[:n])
-                add(x, start, stop, scratch)
+                add(x, start, stop, gathered)
                 if inside:
                     project_centered(x, projection, wide[:n], out[start:stop])  # (n, H)
-                normalize(out[start:stop], eps, affine, stats[:n])
+                normalize_centered(out[start:stop], eps, affine, stats[:n])
                 if mask is not None:
                     out[start:stop] *= mask[start:stop]
 
         return work
 
-    def add(self, x: np.ndarray, start: int, stop: int, scratch: np.ndarray) -> None:
-        """x += the block's token-type and position rows (gathered into scratch[0])."""
+    def add(self, x: np.ndarray, start: int, stop: int, gathered: np.ndarray) -> None:
+        """x += the block's token-type and position rows (gathered into `gathered` where the
+        plan has no tile)."""
         if self.added is None:
             return
         n = stop - start
@@ -190,7 +193,7 @@ class Plan:
             offset = start % self.length  # 0 but in the pieces of a sequence past a block
             x += self.tile[offset : offset + n]
         else:
-            rows = np.take(self.added, self.rows[start:stop], 0, scratch[0, :n], "clip")
+            rows = np.take(self.added, self.rows[start:stop], 0, gathered[:n], "clip")
             x += rows
 
 
@@ -203,7 +206,8 @@ def row_buffer(rows: int, width: int) -> int | None:
     2.4), a buffer of one row against the default 8192 elements: 31 against 40 us at E = 768,
     39 against 52 at 1024, the same at 384, 13 against 9.5 at 128, hence the floor on width
     (a buffer of two rows ran as slow as the default). Setting the size and restoring it
-    costs about 2 us, more than it saves on fewer than about 60 rows of 768. Results are the
+    costs about 2 us, more than it saves on fewer than about 60 rows of 768; on 96 rows it
+    saved 1.2 us of 15, within a call's noise, hence the floor of 128 rows. Results are the
     same bit for bit: the buffer decides how NumPy walks the arrays, not what it computes
     (reductions over a row are not buffered).
     """
@@ -289,15 +293,17 @@ def center(x: np.ndarray, scale: float, stats: np.ndarray) -> None:
     x -= mean[:, None]
 
 
-def normalize(x: np.ndarray, eps, affine: tuple, stats: np.ndarray) -> None:
-    """LayerNorm of centered rows x (n, E), in place: x / sqrt(mean(x^2) + eps) * gamma + beta,
-    with gamma and beta as affine_rows gives them."""
+def normalize_centered(x: np.ndarray, eps, affine: tuple, stats: np.ndarray) -> None:
+    """LayerNorm of rows x (n, E) already centered (by Wc and Rc, or center), in place, gamma
+    and beta included: x / sqrt(mean(x^2) + eps) * gamma + beta, gamma and beta as
+    affine_rows gives them."""
     n = len(x)
     scale = np.vecdot(x, x, out=stats)  # (n,) sums of squares
     scale /= np.float32(x.shape[-1])  # variance
     scale += eps
     x /= np.sqrt(scale, out=scale)[:, None]  # normalized: dividing rounds once, where
-    # multiplying by 1 / std rounds twice (median float32 ULPs from float64: 0.64 against 0.59)
+    # multiplying by 1 / std rounds twice (median float32 ULPs from float64: 0.59 dividing,
+    # 0.64 multiplying)
     gamma, beta, gamma_rows, beta_rows = affine
     whole = n - n % SHORT  # rows in groups of SHORT
     if whole:  # the same products and sums, elementwise, on a view
@@ -485,7 +491,7 @@ def run(work, ranges: list, threads: int) -> None:
         # still queued (behind another call's work) would find no range left: cancelled.
         for helper in helpers:
             helper.cancel()
-        if helpers:  # wait([]) costs 2.7 us, 3% of one short sentence
+        if helpers:  # wait([]) costs about 1 us, 3% of one short sentence
             wait(helpers)
     for helper in helpers:
         if not helper.cancelled():

@@ -1,7 +1,8 @@
 """Checks on the inputs before any lookup, and the family's defaults for what is not given.
 
-NumPy indexing would wrap a negative id to a row from the end and accept floats, so every id
-is checked first. Each check raises InputError naming the value and where it is, e.g.
+NumPy indexing would wrap a negative id to a row from the end, and read an array of bools as a
+mask (other rows, another shape), so every id is checked first. Each check raises InputError
+naming the value and where it is, e.g.
 "input_ids[1, 4] = -1 is out of range: word_embeddings has 30522 rows (ids 0..30521)".
 """
 
@@ -21,10 +22,10 @@ class Inputs(NamedTuple):  # immutable, and made in a third of a frozen dataclas
     """Validated inputs of one call as intp arrays, the family's defaults filled in. Shapes as
     given: (B, L), or (L,) for one sequence. A tuple of arrays: compare fields, not Inputs."""
 
-    input_ids: np.ndarray  # (B, L)
-    token_type_ids: np.ndarray | None  # (B, L); None where the family has no token-type table
+    input_ids: np.ndarray  # (..., L)
+    token_type_ids: np.ndarray | None  # (..., L); None where the family has no token-type table
     position_ids: np.ndarray | None  # (L,) shared by the batch, or (B, L); None without a table
-    attention_mask: np.ndarray | None  # (B, L) of 0 and 1; None: every token is real
+    attention_mask: np.ndarray | None  # (..., L) of 0 and 1; None: every token is real
     positions_from_zero: bool = False  # position_ids are the default 0..L-1 of each sequence
 
 
@@ -232,8 +233,9 @@ def _positions(config, input_ids, position_ids) -> np.ndarray | None:
 def _padded(config, input_ids: np.ndarray) -> np.ndarray:
     """RoBERTa's derived positions, after checking that every row's real tokens fit."""
     positions = padded_position_ids(input_ids, config.padding_idx)  # (B, L) or (L,)
-    real = int(positions.max()) - config.padding_idx  # the most tokens a row has that are not
-    if real > config.max_length:  # padding: rows padding_idx + 1 .. padding_idx + real
+    # the most tokens a row has that are not padding: rows padding_idx + 1 .. padding_idx + real
+    real = int(positions.max()) - config.padding_idx
+    if real > config.max_length:
         where = np.unravel_index(np.argmax(positions), positions.shape)[:-1]
         raise InputError(
             f"{indexed('input_ids', where) if where else 'input_ids'} has {real} tokens that are "

@@ -142,9 +142,11 @@ def embed(
 ) -> np.ndarray:
     """The family's embedding layer: input_ids (L,) or (B, L) int -> (..., L, width) in
     `dtype`, width config.output_size (or H with project=True),
-    what transformers' `model.embeddings(input_ids, token_type_ids, position_ids)` returns
-    (DeBERTa's also takes attention_mask, and zeroes padding; other families validate the
-    mask and do not use it, as their embedding modules take none).
+    what the family's transformers `model.embeddings(input_ids=..., token_type_ids=...,
+    position_ids=...)` returns, with the keywords it takes, in float32 within rounding (the
+    same additions in the same order; LayerNorm's reductions round otherwise). DeBERTa's also
+    takes the mask (mask=attention_mask) and zeroes padding; other families validate the mask
+    and do not use it, as their embedding modules take none.
 
     Defaults are the family's: token types 0 where it has a table, positions 0..L-1 or
     derived from the padding (RoBERTa). project=True also applies the projection E -> H that
@@ -172,9 +174,10 @@ def embed(
 class EmbedderOutput:
     """Embeddings of tokenized text with the inputs that produced them.
 
-    For a list of texts: embeddings (B, L, E) float32, the rest (B, L) int64, padded to the
-    longest text (attention_mask 0 on padding). For a single text the batch axis is dropped:
-    (L, E) and (L,), with no padding.
+    For a list of texts: embeddings (B, L, width) float32, width config.output_size (E, or H
+    after DeBERTa's projection), the rest (B, L) int64, padded to the longest text
+    (attention_mask 0 on padding). For a single text the batch axis is dropped: (L, width) and
+    (L,), with no padding.
     """
 
     embeddings: np.ndarray
@@ -196,7 +199,7 @@ def check_embedder(embedder) -> None:
 class Embedder:
     """A tokenizer and the embedding weights of one checkpoint: text in, embeddings out.
 
-    embedder(texts) embeds a list as one batch padded to its longest text, (B, L, E), as a
+    embedder(texts) embeds a list as one batch padded to its longest text, (B, L, width), as a
     model takes it; embedder.embed_each(texts, batch_size=32) embeds a long list in batches
     and returns one unpadded output per text. Threads may share an Embedder.
     """
@@ -314,7 +317,7 @@ class Embedder:
         pairs: sentence B for the text, or one for each text. max_length: the tokens a text
         may have, at most the model's limit (the default); a longer text is an error unless
         truncation=True, which keeps its first max_length tokens. The output holds
-        B x longest x E float32: for a long list, embed_each keeps memory bounded.
+        B x longest x width float32: for a long list, embed_each keeps memory bounded.
         """
         single = isinstance(texts, str)
         encoding = self.encode(texts, pairs, truncation=truncation, max_length=max_length)
@@ -339,7 +342,7 @@ class Embedder:
         show_progress_bar: bool = False,
     ) -> list[EmbedderOutput]:
         """Embed every text of a list on its own: one EmbedderOutput per text, in order, each
-        as embedder(text) gives it, (L_i, E) float32 and (L_i,) int64 with no padding.
+        as embedder(text) gives it, (L_i, width) float32 and (L_i,) int64 with no padding.
 
         The texts are embedded batch_size at a time, each batch's tokens back to back as the
         corpus job embeds them (npbert.ragged): no padding is computed, none is needed (a

@@ -447,7 +447,7 @@ def test_the_callers_numpy_buffer_size_is_left_as_it_was(models, monkeypatch):
         assert np.getbufsize() == 384
         raise MemoryError("in a block")
 
-    monkeypatch.setattr(fast, "normalize", failing)
+    monkeypatch.setattr(fast, "normalize_centered", failing)
     with pytest.raises(MemoryError, match="in a block"):
         npbert.embed(weights, ids, threads=1)
     assert np.getbufsize() == before
