@@ -60,11 +60,11 @@ def _ragged(arrays: list) -> np.ndarray:
 class Embed:
     """For `Dataset.map_batches(Embed, fn_constructor_kwargs={"model": M}, ...)`.
 
-    Takes numpy batches with a `text` column of strings and an optional `pair` column
-    (strings, or None for a text without one; a `where` column, if any, names texts in
-    errors). Adds, per text: embeddings (L_i, E) in `dtype`, input_ids and token_type_ids
-    (L_i,) int64, lengths int64; padding is never computed nor returned. Other columns pass
-    through. One model and one thread per actor.
+    Takes numpy batches with a `text` column of strings and an optional `pair` column (strings,
+    or None or NaN for a text without one; a `where` column, if any, names texts in errors).
+    Adds, per text: embeddings (L_i, E) in `dtype`, input_ids and token_type_ids (L_i,) int64,
+    lengths int64; padding is never computed nor returned. Other columns pass through. One model
+    and one thread per actor.
     """
 
     def __init__(self, model, *, revision=None, full=False, truncation=False, dtype="float32"):
@@ -125,10 +125,18 @@ def _records(batch: dict[str, np.ndarray]) -> list[Record]:
     for where, text, pair in zip(wheres, texts, pairs, strict=True):
         if not isinstance(text, str):
             raise InputError(f"{where}: 'text' is {type(text).__name__}, not a string")
-        if pair is not None and not isinstance(pair, str):  # str() made b"x" into "b'x'"
+        if _missing(pair):
+            pair = None
+        elif not isinstance(pair, str):  # str() made b"x" into "b'x'"
             raise InputError(f"{where}: 'pair' is {type(pair).__name__}, not a string or None")
         records.append(Record(str(where), text, pair))
     return records
+
+
+def _missing(value) -> bool:
+    """Whether a `pair` value stands for none: None, or NaN, as a block whose pairs are all None
+    (Arrow's null type) reaches numpy batches, and as pandas marks a missing value."""
+    return value is None or (isinstance(value, float | np.floating) and math.isnan(value))
 
 
 def embed_dataset(

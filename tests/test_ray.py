@@ -502,11 +502,33 @@ def test_embed_takes_an_empty_batch_and_refuses_a_pair_that_is_not_a_string():
     embed = Embed(TINY)
     empty = embed({"text": np.array([], object)})
     assert {key: len(column) for key, column in empty.items()} == dict.fromkeys(empty, 0)
-    for pair in [b"b", 5, float("nan")]:
+    for pair in [b"b", 5, 1.5]:
         with pytest.raises(npbert.InputError, match="text 0 of its batch: 'pair' is"):
             embed({"text": np.array(["a"], object), "pair": np.array([pair], object)})
     both = embed({"text": np.array(["a", "b"], object), "pair": np.array([None, "c"], object)})
     assert list(both["lengths"]) == [3, 5]
+
+
+@pytest.mark.parametrize(
+    ("pairs", "meant"),
+    [  # as Ray Data gives a block whose pairs are all None (Arrow's null type), and as pandas
+        # marks a missing value: they were refused ("'pair' is float32"), as the blocks fell
+        (np.array([np.nan, np.nan], np.float32), [None, None]),
+        (np.array([np.nan, np.nan]), [None, None]),
+        (np.array([np.nan, "c"], object), [None, "c"]),
+    ],
+)
+def test_embed_takes_nan_for_no_pair(pairs, meant):
+    from conftest import TINY
+
+    from npbert.ray import Embed
+
+    embed = Embed(TINY)
+    expected = embed({"text": np.array(["a", "b"], object), "pair": np.array(meant, object)})
+    got = embed({"text": np.array(["a", "b"], object), "pair": pairs})
+    assert list(got["lengths"]) == list(expected["lengths"])
+    for one, other in zip(got["embeddings"], expected["embeddings"], strict=True):
+        np.testing.assert_array_equal(one, other)
 
 
 @pytest.mark.parametrize(
