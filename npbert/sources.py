@@ -346,7 +346,7 @@ def _parquet_rows(
     large row group converted all of the group's, and a file of one group was quadratic."""
     batches = file.iter_batches(columns=columns, batch_size=4096, row_groups=groups or None)
     row = first
-    for batch in batches:
+    while (batch := _next_batch(batches, path, row)) is not None:
         end = row + batch.num_rows
         if stop is not None and row >= stop:
             break
@@ -354,6 +354,19 @@ def _parquet_rows(
         if low < high:
             yield from _batch_rows(path, batch.slice(low, high - low), columns, row + low)
         row = end
+
+
+def _next_batch(batches, path: str, row: int):
+    """The next batch of rows, or None at the end; a damaged file's bytes (which pyarrow finds
+    only as it decodes them) an InputError naming the file and the row where they begin."""
+    try:
+        return next(batches, None)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        reason = " ".join(str(error).split())
+        raise InputError(
+            f"--input {Path(path).name}: a damaged Parquet file ({reason}), found reading on "
+            f"from row {row} (counting from 0)"
+        ) from None
 
 
 def _batch_rows(path: str, batch, columns: list[str], row: int) -> Iterator[tuple]:

@@ -1231,6 +1231,25 @@ def test_a_parquet_row_of_null_text_is_named_counting_from_0(tmp_path):
     assert "c.parquet row 1 (from 0): 'text' is null" in result.stderr, result.stderr
 
 
+def test_a_damaged_parquet_file_is_one_line_naming_it(tmp_path):
+    """Bytes of a data page that do not decode were a traceback (pyarrow's ArrowInvalid)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "c.parquet"
+    table = pa.table({"text": [f"text number {i}" for i in range(2000)]})
+    pq.write_table(table, path, compression="none", row_group_size=500, use_dictionary=False)
+    chunk = pq.ParquetFile(path).metadata.row_group(3).column(0)  # the last group's texts
+    middle = chunk.data_page_offset + chunk.total_compressed_size // 2
+    data = bytearray(path.read_bytes())
+    data[middle : middle + 64] = b"\xff" * 64  # value lengths of 4 GiB, among others
+    path.write_bytes(data)
+    result = _run(path, tmp_path / "o", TINY)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("npbert: error: --input c.parquet: a damaged Parquet file (")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
 def test_embed_corpus_wants_an_embedder(tmp_path, embedder):
     from npbert.stream import embed_corpus
 
