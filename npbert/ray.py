@@ -386,11 +386,15 @@ def connect(ray, address: str | None) -> bool:
     if ray.is_initialized():
         return False
     joining = cluster_address(address)
-    # ray.init sets its own SIGTERM handler (it exits with status 15, and its C++ core prints a
-    # stack dump): a handler this process had set is put back, so that a SIGTERM stops the
-    # run as it stops the local one (the CLI's: "npbert: terminated", 143, the pending files
-    # gone). Python's default (to die at once) is not: Ray's then stops its processes.
+    # ray.init sets its own SIGTERM handler first thing (sys.exit(15)), and its C++ core one
+    # that prints a stack dump and aborts: a handler this process had set is put back, so that
+    # a SIGTERM stops the run as it stops the local one (the CLI's: "npbert: terminated", 143,
+    # the pending files gone), and a SIGTERM while init runs (seconds) ends in that handler
+    # too. Python's default (to die at once) is not put back: Ray's then stops its processes.
     sigterm = signal.getsignal(signal.SIGTERM)
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if constants is not None and callable(sigterm):  # this process's alone, not the cluster's
+        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True  # read as its core starts
     try:
         ray.init(
             # "local" starts one here even where `ray start` left a cluster to join
@@ -400,17 +404,27 @@ def connect(ray, address: str | None) -> bool:
             log_to_driver=False,  # the actors' logs stay in the cluster's log files
             logging_level=logging.ERROR,
         )
-    except (ValueError, ConnectionError) as error:  # no cluster for "auto", say
-        reason = " ".join(str(error).split())  # Ray's may run over lines
-        where = f"join the cluster at {joining}" if joining else "start a cluster here"
-        raise InputError(f"Ray cannot {where}: {reason}") from None
-    finally:
-        if threading.current_thread() is threading.main_thread() and callable(sigterm):
-            signal.signal(signal.SIGTERM, sigterm)
+    except BaseException as error:
+        _put_back(sigterm)
+        ray.shutdown()  # what init had started: stopped, not left to end minutes later
+        if isinstance(error, ValueError | ConnectionError):  # no cluster for "auto", say
+            reason = " ".join(str(error).split())  # Ray's may run over lines
+            where = f"join the cluster at {joining}" if joining else "start a cluster here"
+            raise InputError(f"Ray cannot {where}: {reason}") from None
+        if isinstance(error, SystemExit) and error.code == signal.SIGTERM and callable(sigterm):
+            sigterm(signal.SIGTERM, None)  # Ray's handler's exit: handled as any SIGTERM
+        raise
+    _put_back(sigterm)
     # CRITICAL: Ray Data logs an actor's death at ERROR, with a traceback; the run says it in
     # one line (WorkerLost).
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     return True
+
+
+def _put_back(sigterm) -> None:
+    """SIGTERM's handler as it was before ray.init, where this process had set one."""
+    if threading.current_thread() is threading.main_thread() and callable(sigterm):
+        signal.signal(signal.SIGTERM, sigterm)
 
 
 def cluster_address(address: str | None) -> str | None:

@@ -407,6 +407,43 @@ def test_connect_puts_back_a_sigterm_handler_set_before_ray_but_not_the_default(
         signal.signal(signal.SIGTERM, original)
 
 
+class Stopped(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stop", [SystemExit(signal.SIGTERM), KeyboardInterrupt()])
+def test_a_stop_while_ray_starts_stops_what_it_started_through_the_cli_handler(stop):
+    """A SIGTERM while ray.init ran went to Ray's handler (sys.exit(15): exit 15, nothing said)
+    or its core's (a stack dump, exit 134), and a stop left two of Ray's processes running."""
+    from npbert import ray as engine
+
+    def mine(signum, frame):
+        raise Stopped
+
+    def rays(signum, frame):
+        pass
+
+    calls = []
+
+    class Ray:
+        is_initialized = staticmethod(lambda: False)
+        shutdown = staticmethod(lambda: calls.append("shutdown"))
+
+        @staticmethod
+        def init(**kwargs):
+            signal.signal(signal.SIGTERM, rays)
+            raise stop
+
+    original = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, mine)
+        with pytest.raises(Stopped if isinstance(stop, SystemExit) else KeyboardInterrupt):
+            engine.connect(Ray, "local")
+        assert signal.getsignal(signal.SIGTERM) is mine and calls == ["shutdown"]
+    finally:
+        signal.signal(signal.SIGTERM, original)
+
+
 @pytest.mark.parametrize(
     ("address", "environment", "joins", "cpus"),
     [
