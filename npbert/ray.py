@@ -343,14 +343,22 @@ WINDOW_BYTES = 64 << 20
 
 def windows(named, limit: int):
     """(name, chunk) pairs as lists of {"name", "chunk"} items, each ending once its chunks
-    carry `limit` bytes of data (the input's chunks, lazily: one window in memory at once)."""
+    carry `limit` bytes of data (the input's chunks, lazily: one window in memory at once).
+    Bad input found as the input is read (a Parquet row that is not UTF-8) ends the last
+    window, which is embedded before the error is raised: the shards before it are kept, as
+    the local job keeps them."""
     items, size = [], 0
-    for name, chunk in named:
-        items.append({"name": name, "chunk": chunk})
-        size += len(chunk.data or b"")
-        if size >= limit:
+    try:
+        for name, chunk in named:
+            items.append({"name": name, "chunk": chunk})
+            size += len(chunk.data or b"")
+            if size >= limit:
+                yield items
+                items, size = [], 0
+    except InputError:
+        if items:
             yield items
-            items, size = [], 0
+        raise
     if items:
         yield items
 

@@ -25,7 +25,7 @@ import pytest
 import ray  # the test extra installs ray[data]: these run in CI, never skipped
 from conftest import TINY
 from test_cli import tiny_words
-from test_stream import committed, corpus_lines
+from test_stream import _run, committed, corpus_lines
 
 import npbert
 from npbert.stream import embed_corpus, read_corpus
@@ -69,8 +69,8 @@ def ray_cli(cluster, *argv, **kwargs):
     )  # fmt: skip
 
 
-def assert_same_corpus(a, b):
-    a, b = list(read_corpus(a)), list(read_corpus(b))
+def assert_same_corpus(a, b, partial=False):
+    a, b = list(read_corpus(a, partial=partial)), list(read_corpus(b, partial=partial))
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
@@ -144,6 +144,33 @@ def test_the_cli_writes_the_local_layout(cluster, corpus, tmp_path):
             np.testing.assert_array_equal(
                 np.load(tmp_path / "r" / file), np.load(directory / "local" / file)
             )
+
+
+def test_bad_input_read_late_keeps_the_shards_before_it_as_the_local_job(cluster, tmp_path):
+    """The driver reads a file's chunks before any is embedded: a bad Parquet row near the
+    end stopped the run with no shard kept, where the local job keeps those before it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "c.parquet"
+    table = pa.table({"text": [f"text number {i}" for i in range(6000)]})
+    pq.write_table(table, path, compression="none", use_dictionary=False)
+    data = path.read_bytes()
+    at = data.index(b"text number 5000") + 5
+    path.write_bytes(data[:at] + b"\xff" + data[at + 1 :])  # row 5000: not UTF-8
+    local = _run(path, tmp_path / "local", TINY, "--shard-bytes", "2000", "--quiet")
+    ours = ray_cli(cluster, "--input", path, "--out", tmp_path / "r", "--model", TINY,
+                   "--shard-bytes", "2000")  # fmt: skip
+    for result in (local, ours):
+        assert result.returncode == 2 and "c.parquet row 5000 (from 0): not UTF-8" in result.stderr
+    # Each keeps the shards done when the error came: how many, the timing decides
+    local, ours = (json.loads((tmp_path / d / "index.json").read_text()) for d in ("local", "r"))
+    assert ours["texts"] > 0 and ours["texts"] <= 5000
+    both = min(len(local["shards"]), len(ours["shards"]))
+    assert ours["shards"][:both] == local["shards"][:both]
+    ours, local = (read_corpus(tmp_path / d, partial=True) for d in ("r", "local"))
+    for a, b in zip(ours, local, strict=False):  # the texts both kept
+        np.testing.assert_array_equal(a, b)
 
 
 def _minilm():
