@@ -151,9 +151,9 @@ def embed_dataset(
     revision: str | None = None,
 ):
     """The Dataset with each text's embeddings (see Embed), computed by `actors` actors
-    (default: as many as the cluster has CPUs for) of `cpus_per_actor` CPUs each, on batches
-    of `batch_size` texts. Order follows the input where the DataContext preserves it. A Hub
-    repo's revision is resolved here, once (see pinned_revision)."""
+    (default: default_actors) of `cpus_per_actor` CPUs each, on batches of `batch_size` texts.
+    Order follows the input where the DataContext preserves it. A Hub repo's revision is
+    resolved here, once (see pinned_revision)."""
     from npbert.stream import check_settings
 
     ray = _ray()
@@ -165,7 +165,7 @@ def embed_dataset(
     ):
         raise InputError(f"cpus_per_actor must be a number above 0, got {cpus_per_actor!r}")
     if actors is None:
-        actors = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus_per_actor))
+        actors = default_actors(ray.cluster_resources().get("CPU", 1), cpus_per_actor)
     actors = check_count("actors", actors)
     return dataset.map_batches(
         Embed,
@@ -180,6 +180,13 @@ def embed_dataset(
         concurrency=actors,
         num_cpus=cpus_per_actor,
     )
+
+
+def default_actors(cpus: float, cpus_per_actor: float) -> int:
+    """As many actors as the cluster's CPUs hold, but one CPU: Ray Data's own tasks (reading
+    Parquet, say) each need one, and actors that hold every CPU leave them none: the Dataset
+    then waits forever (ray.data.read_parquet on two CPUs, two actors of one CPU each)."""
+    return max(1, int(max(cpus - 1, 0) // cpus_per_actor))
 
 
 # --- npbert embed --engine ray: the corpus job on Ray actors --------------------------------

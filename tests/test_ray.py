@@ -663,6 +663,37 @@ def test_actors_load_the_commit_the_driver_resolved(tmp_path, monkeypatch):
     assert kwargs["revision"] == "c0ffee" * 6
 
 
+@pytest.mark.parametrize(
+    ("cpus", "per_actor", "actors"), [(2, 1, 1), (16, 1, 15), (2, 0.5, 2), (1, 1, 1), (8, 2, 3)]
+)
+def test_the_default_actors_leave_a_cpu_to_ray_datas_own_tasks(cpus, per_actor, actors):
+    from npbert.ray import default_actors
+
+    assert default_actors(cpus, per_actor) == actors
+
+
+def test_embed_dataset_reads_parquet_with_its_default_actors(cluster, tmp_path, minilm_dir):
+    """Two actors of one CPU each took both of the cluster's CPUs, and the read tasks never
+    ran: the Dataset waited forever (here, until the timeout)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = corpus_lines(40, seed=3)
+    for part in range(4):
+        table = pa.table({"text": texts[part * 10 : part * 10 + 10]})
+        pq.write_table(table, tmp_path / f"part-{part}.parquet")
+    code = (
+        "import ray, sys, npbert.ray; ray.init(address=sys.argv[1]); "
+        "ds = ray.data.read_parquet(sys.argv[2]); "
+        "print(npbert.ray.embed_dataset(ds, sys.argv[3], batch_size=8).count())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, cluster, str(tmp_path), str(minilm_dir)],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stdout.split()[-1] == "40", result.stderr[-2000:]
+
+
 def test_a_name_the_driver_cannot_find_is_left_to_the_actors(tmp_path):
     """A directory on the actors' nodes only (a path, relative or not), or a driver offline
     with no cache: found nowhere here, it was an error on the driver."""
