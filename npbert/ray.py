@@ -197,7 +197,16 @@ class EmbedChunks:
     shard's name; returns the shard's arrays as one row, the texts back to back."""
 
     def __init__(self, model, *, revision=None, full=False, truncation=False, dtype="float32"):
-        self.embed = Embed(model, revision=revision, full=full, truncation=truncation, dtype=dtype)
+        # A model this node cannot load (a directory that is not here, a Hub it cannot reach)
+        # is said for each chunk, as bad input is: raised here, the actor died, and the run
+        # said "killed, or out of memory?" with the reason in Ray's log files alone.
+        self.embed, self.unloaded = None, ""
+        try:
+            self.embed = Embed(
+                model, revision=revision, full=full, truncation=truncation, dtype=dtype
+            )
+        except InputError as error:
+            self.unloaded = f"a Ray actor cannot load the model: {error}"
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         shards = [self.shard(chunk) for chunk in batch["chunk"]]
@@ -216,6 +225,8 @@ class EmbedChunks:
         from npbert.stream import shard_arrays
 
         embed = self.embed
+        if embed is None:
+            return self.unloaded, self.empty()
         try:
             records = read_chunk(chunk)
             return "", shard_arrays(embed.embedder, records, embed.truncation, embed.dtype)
@@ -226,9 +237,10 @@ class EmbedChunks:
 
     def empty(self) -> dict[str, np.ndarray]:
         embed = self.embed
-        width = embed.embedder.weights.config.output_size
+        width = 0 if embed is None else embed.embedder.weights.config.output_size
+        dtype = np.float32 if embed is None else embed.dtype
         empty = np.empty(0, np.int64)
-        arrays = {"embeddings": np.empty((0, width), embed.dtype), "lengths": empty}
+        arrays = {"embeddings": np.empty((0, width), dtype), "lengths": empty}
         return {**arrays, "input_ids": empty, "token_type_ids": empty}
 
 

@@ -338,6 +338,29 @@ def test_an_actor_out_of_memory_stops_the_run_in_one_line(tmp_path, monkeypatch,
     assert [shard["name"] for shard in index["shards"]] == ["shard-00000", "shard-00001"]
 
 
+def test_an_actor_that_cannot_load_the_model_says_why_in_one_line(tmp_path, monkeypatch):
+    """A directory missing on an actor's node killed the actor, and the run said "killed, or
+    out of memory?", the reason left in Ray's log files. Run in this process, as above."""
+    import npbert.ray as engine
+
+    (tmp_path / "c.txt").write_text("one\ntwo\n")
+    actor = engine.EmbedChunks(tmp_path / "not-on-this-node")  # the driver's is TINY
+
+    class Dataset:
+        def __init__(self, items):
+            self.items = items
+
+        def iter_batches(self, **_):
+            for item in self.items:
+                yield actor({key: np.array([value], object) for key, value in item.items()})
+
+    monkeypatch.setattr(engine, "connect", lambda ray, address: False)
+    monkeypatch.setattr(engine.RayEngine, "dataset", lambda self, ray, items: Dataset(items))
+    message = "a Ray actor cannot load the model: .*not-on-this-node"
+    with pytest.raises(npbert.InputError, match=message):
+        engine.embed_corpus_on_ray(TINY, tmp_path / "c.txt", tmp_path / "r")
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message", "bad"),
     [
