@@ -244,6 +244,17 @@ class EmbedChunks:
         return {**arrays, "input_ids": empty, "token_type_ids": empty}
 
 
+def check_actors(workers: int, cpus: float) -> None:
+    """InputError for more actors than the local engine would start workers (each a process)."""
+    from npbert.stream import WORKERS_PER_CORE
+
+    if workers > WORKERS_PER_CORE * cpus:
+        raise InputError(
+            f"workers={workers}: more than {WORKERS_PER_CORE} actors for each of the "
+            f"cluster's {cpus:g} CPUs; more run no faster, and each holds its own memory"
+        )
+
+
 def _lost() -> tuple:
     """Ray's errors for an actor, worker or node that is gone (Ray imported only if it is)."""
     import ray.exceptions as errors
@@ -265,6 +276,8 @@ class RayEngine:
         if address is not None and not str(address).strip():
             raise InputError("the Ray address is empty: give host:port, or none to start a cluster")
         check_address(cluster_address(address))  # before the run writes its directory
+        if self.workers is not None and cluster_address(address) is None:  # started here
+            check_actors(self.workers, cpus())
         self.address = address
 
     def __call__(self, directory: Path, named):
@@ -320,14 +333,8 @@ class RayEngine:
             return self.embedded(ray.data.from_items(items), cpus, len(items))
 
     def embedded(self, dataset, cpus: float, chunks: int):
-        from npbert.stream import WORKERS_PER_CORE
-
         workers = self.workers or max(1, int(cpus))
-        if workers > WORKERS_PER_CORE * cpus:  # as the local engine: each actor is a process
-            raise InputError(
-                f"workers={workers}: more than {WORKERS_PER_CORE} actors for each of the "
-                f"cluster's {cpus:g} CPUs; more run no faster, and each holds its own memory"
-            )
+        check_actors(workers, cpus)
         # No more actors than chunks: from_items gives each chunk its block (up to 200), and
         # an actor more than the blocks would load the model for nothing, and Ray Data warns
         workers = min(workers, chunks)

@@ -108,6 +108,18 @@ def test_the_cli_refuses_more_actors_than_the_local_engine_would_workers(cluster
     )
 
 
+def test_too_many_workers_for_a_cluster_started_here_leave_no_directory(tmp_path, monkeypatch):
+    """Checked once Ray had started, the run's directory was left, and the corrected
+    command refused it ("exists and is not empty")."""
+    import npbert.ray as engine
+
+    monkeypatch.setattr(engine, "cpus", lambda: 2)
+    (tmp_path / "c.txt").write_text("a b c\n")
+    with pytest.raises(npbert.InputError, match="workers=9: more than 4 actors for each of the"):
+        engine.embed_corpus_on_ray(TINY, tmp_path / "c.txt", tmp_path / "r", workers=9)
+    assert not (tmp_path / "r").exists()
+
+
 def test_embed_dataset_equals_the_local_job(cluster, corpus, minilm_dir):
     import npbert.ray
 
