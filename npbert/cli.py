@@ -838,7 +838,8 @@ def add_corpus_options(embed: argparse.ArgumentParser) -> None:
         help="local worker processes or a Ray cluster (needs npbert[ray]) (default: %(default)s)",
     )
     corpus.add_argument(
-        "--address", help="--engine ray: the cluster to join (default: start one here)"
+        "--address",
+        help="--engine ray: the cluster to join (default: RAY_ADDRESS's, else start one here)",
     )
     corpus.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
