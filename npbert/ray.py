@@ -183,10 +183,14 @@ def embed_dataset(
 
 
 def default_actors(cpus: float, cpus_per_actor: float) -> int:
-    """As many actors as the cluster's CPUs hold, but one CPU: Ray Data's own tasks (reading
-    Parquet, say) each need one, and actors that hold every CPU leave them none: the Dataset
-    then waits forever (ray.data.read_parquet on two CPUs, two actors of one CPU each)."""
-    return max(1, int(max(cpus - 1, 0) // cpus_per_actor))
+    """As many actors as the cluster's CPUs hold, but one CPU, and at most 4 a CPU: Ray Data's
+    own tasks (reading Parquet, say) each need one, and actors that hold every CPU leave them
+    none: the Dataset then waits forever (ray.data.read_parquet on two CPUs, two actors of one
+    CPU each)."""
+    from npbert.stream import WORKERS_PER_CORE
+
+    most = max(1, int(WORKERS_PER_CORE * cpus))  # as the corpus job's actors: check_actors
+    return min(max(1, int(max(cpus - 1, 0) // cpus_per_actor)), most)
 
 
 # --- npbert embed --engine ray: the corpus job on Ray actors --------------------------------
@@ -283,12 +287,15 @@ class RayEngine:
     def __call__(self, directory: Path, named):
         ray = _ray(local=self.address is None)
         started = None
+        context = ray.data.DataContext.get_current()  # the process's: set in dataset()
+        settings = context.execution_options.preserve_order, context.enable_progress_bars
         try:
             for items in windows(named, WINDOW_BYTES):
                 if started is None:
                     started = connect(ray, self.address)
                 yield from self.window(ray, directory, items)
         finally:
+            context.execution_options.preserve_order, context.enable_progress_bars = settings
             if started:
                 join_iterator_threads()
                 ray.shutdown()

@@ -583,6 +583,23 @@ def test_ray_address_alone_joins_its_cluster(cluster, corpus, tmp_path):
     assert_same_corpus(tmp_path / "r", directory / "local")
 
 
+def test_a_run_from_python_leaves_the_processs_ray_data_settings_as_they_were(cluster, tmp_path):
+    import npbert.ray as engine
+
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order, context.enable_progress_bars = False, True
+    try:
+        (tmp_path / "c.txt").write_text("one\ntwo\n")
+        engine.embed_corpus_on_ray(TINY, tmp_path / "c.txt", tmp_path / "r", workers=1)
+        assert len(list(read_corpus(tmp_path / "r"))) == 2
+        assert (context.execution_options.preserve_order, context.enable_progress_bars) == (
+            False,
+            True,
+        )
+    finally:  # as the module's cluster has them
+        context.execution_options.preserve_order, context.enable_progress_bars = True, False
+
+
 def test_a_dataset_without_text_is_an_input_error(cluster, minilm_dir):
     import npbert.ray
 
@@ -699,7 +716,8 @@ def test_actors_load_the_commit_the_driver_resolved(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("cpus", "per_actor", "actors"), [(2, 1, 1), (16, 1, 15), (2, 0.5, 2), (1, 1, 1), (8, 2, 3)]
+    ("cpus", "per_actor", "actors"),
+    [(2, 1, 1), (16, 1, 15), (2, 0.5, 2), (1, 1, 1), (8, 2, 3), (2, 0.001, 8)],
 )
 def test_the_default_actors_leave_a_cpu_to_ray_datas_own_tasks(cpus, per_actor, actors):
     from npbert.ray import default_actors
