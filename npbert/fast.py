@@ -294,7 +294,7 @@ def center(x: np.ndarray, scale: float, stats: np.ndarray) -> None:
 
 
 def normalize_centered(x: np.ndarray, eps, affine: tuple, stats: np.ndarray) -> None:
-    """LayerNorm of rows x (n, E) already centered (by Wc and Rc, or center), in place, gamma
+    """LayerNorm of rows x (n, width) already centered (by Wc and Rc, or center), in place, gamma
     and beta included: x / sqrt(mean(x^2) + eps) * gamma + beta, gamma and beta as
     affine_rows gives them."""
     n = len(x)

@@ -19,9 +19,11 @@ import math
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +64,7 @@ class Embed:
 
     Takes numpy batches with a `text` column of strings and an optional `pair` column (strings,
     or None or NaN for a text without one; a `where` column, if any, names texts in errors).
-    Adds, per text: embeddings (L_i, E) in `dtype`, input_ids and token_type_ids (L_i,) int64,
+    Adds, per text: embeddings (L_i, width) in `dtype`, input_ids and token_type_ids (L_i,) int64,
     lengths int64; padding is never computed nor returned. Other columns pass through. One model
     and one thread per actor.
     """
@@ -135,8 +137,11 @@ def _records(batch: dict[str, np.ndarray]) -> list[Record]:
 
 def _missing(value) -> bool:
     """Whether a `pair` value stands for none: None, or NaN, as a block whose pairs are all None
-    (Arrow's null type) reaches numpy batches, and as pandas marks a missing value."""
-    return value is None or (isinstance(value, float | np.floating) and math.isnan(value))
+    (Arrow's null type) reaches numpy batches, and as pandas marks a missing value (pd.NA in
+    its string dtype)."""
+    if value is None or value is getattr(sys.modules.get("pandas"), "NA", None):
+        return True
+    return isinstance(value, float | np.floating) and math.isnan(value)
 
 
 def embed_dataset(
@@ -186,7 +191,8 @@ def default_actors(cpus: float, cpus_per_actor: float) -> int:
     """As many actors as the cluster's CPUs hold, but one CPU, and at most 4 a CPU: Ray Data's
     own tasks (reading Parquet, say) each need one, and actors that hold every CPU leave them
     none: the Dataset then waits forever (ray.data.read_parquet on two CPUs, two actors of one
-    CPU each)."""
+    CPU each). At least one, even where it holds every CPU (one CPU, or cpus_per_actor above
+    the CPUs but one): then give actors and cpus_per_actor to leave one free."""
     from npbert.stream import WORKERS_PER_CORE
 
     most = max(1, int(WORKERS_PER_CORE * cpus))  # as the corpus job's actors: check_actors
@@ -210,7 +216,10 @@ class EmbedChunks:
                 model, revision=revision, full=full, truncation=truncation, dtype=dtype
             )
         except InputError as error:
-            self.unloaded = f"a Ray actor cannot load the model: {error}"
+            self.unloaded = (
+                f"a Ray actor cannot load the model: {error} (the shards before are kept: once "
+                "every node can load it, run again with --resume)"
+            )
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         shards = [self.shard(chunk) for chunk in batch["chunk"]]
@@ -280,8 +289,10 @@ class RayEngine:
         if address is not None and not str(address).strip():
             raise InputError("the Ray address is empty: give host:port, or none to start a cluster")
         check_address(cluster_address(address))  # before the run writes its directory
-        if self.workers is not None and cluster_address(address) is None:  # started here
-            check_actors(self.workers, cpus())
+        ray = sys.modules.get("ray")
+        connected = ray is not None and ray.is_initialized()  # kept: see connect
+        if self.workers is not None and cluster_address(address) is None and not connected:
+            check_actors(self.workers, cpus())  # a cluster to be started here, of cpus()
         self.address = address
 
     def __call__(self, directory: Path, named):
@@ -377,9 +388,9 @@ WINDOW_BYTES = 64 << 20
 def windows(named, limit: int):
     """(name, chunk) pairs as lists of {"name", "chunk"} items, each ending once its chunks
     carry `limit` bytes of data (the input's chunks, lazily: one window in memory at once).
-    Bad input found as the input is read (a Parquet row that is not UTF-8) ends the last
-    window, which is embedded before the error is raised: the shards before it are kept, as
-    the local job keeps them."""
+    Bad input found as the input is read (a Parquet row that is not UTF-8, found when the
+    4,096 rows around it are decoded) ends the last window, which is embedded before the error
+    is raised: the shards cut before it are kept (the local job keeps those done by then)."""
     items, size = [], 0
     try:
         for name, chunk in named:
@@ -433,33 +444,64 @@ def connect(ray, address: str | None) -> bool:
     # the pending files gone), and a SIGTERM while init runs (seconds) ends in that handler
     # too. Python's default (to die at once) is not put back: Ray's then stops its processes.
     sigterm = signal.getsignal(signal.SIGTERM)
-    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
-    if constants is not None and callable(sigterm):  # this process's alone, not the cluster's
-        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True  # read as its core starts
     try:
-        ray.init(
-            # "local" starts one here even where `ray start` left a cluster to join
-            address=joining or "local",
-            num_cpus=None if joining else cpus(),  # a cluster's own, when joining one
-            include_dashboard=False,
-            log_to_driver=False,  # the actors' logs stay in the cluster's log files
-            logging_level=logging.ERROR,
-        )
+        with core_handler_off(ray, callable(sigterm)):
+            ray.init(
+                # "local" starts one here even where `ray start` left a cluster to join
+                address=joining or "local",
+                num_cpus=None if joining else cpus(),  # a cluster's own, when joining one
+                include_dashboard=False,
+                log_to_driver=False,  # the actors' logs stay in the cluster's log files
+                logging_level=logging.ERROR,
+            )
     except BaseException as error:
-        _put_back(sigterm)
-        ray.shutdown()  # what init had started: stopped, not left to end minutes later
-        if isinstance(error, ValueError | ConnectionError):  # no cluster for "auto", say
-            reason = " ".join(str(error).split())  # Ray's may run over lines
-            where = f"join the cluster at {joining}" if joining else "start a cluster here"
-            raise InputError(f"Ray cannot {where}: {reason}") from None
-        if isinstance(error, SystemExit) and error.code == signal.SIGTERM and callable(sigterm):
-            sigterm(signal.SIGTERM, None)  # Ray's handler's exit: handled as any SIGTERM
-        raise
+        _after_init_failed(sigterm)
+        try:
+            if isinstance(error, ValueError | ConnectionError):  # no cluster for "auto", say
+                reason = " ".join(str(error).split())  # Ray's may run over lines
+                where = f"join the cluster at {joining}" if joining else "start a cluster here"
+                raise InputError(f"Ray cannot {where}: {reason}") from None
+            if isinstance(error, SystemExit) and error.code == signal.SIGTERM and callable(sigterm):
+                sigterm(signal.SIGTERM, None)  # Ray's handler's exit: handled as any SIGTERM
+            raise
+        finally:
+            ray.shutdown()  # what init had started: stopped, not left to end minutes later
     _put_back(sigterm)
     # CRITICAL: Ray Data logs an actor's death at ERROR, with a traceback; the run says it in
     # one line (WorkerLost).
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     return True
+
+
+@contextmanager
+def core_handler_off(ray, off: bool):
+    """Ray's C++ failure-signal handler left out of this process while ray.init runs, where
+    `off` (the cluster's processes keep theirs): on SIGTERM it prints a stack dump and aborts,
+    before this process's own handler is back. It handles SIGSEGV and the like too, so the
+    setting (read as the driver's core starts) is put back after."""
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    name = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+    if not off or constants is None or not hasattr(constants, name):
+        yield
+        return
+    before = getattr(constants, name)
+    setattr(constants, name, True)
+    try:
+        yield
+    finally:
+        setattr(constants, name, before)
+
+
+def _after_init_failed(sigterm) -> None:
+    """SIGTERM's handler once ray.init has failed or been stopped: ignored where a stop's
+    handler has set stops to be ignored (the CLI's do, so that nothing cuts short what follows:
+    ray.shutdown, the run's cleanup), else as it was before ray.init."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.SIG_IGN in (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        _put_back(sigterm)
 
 
 def _put_back(sigterm) -> None:

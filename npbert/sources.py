@@ -226,8 +226,9 @@ def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefi
     as it was then (read on, the rest of that line would be a text of its own)."""
     with _open(path) as stream:
         # Sent with the chunk where its bytes cannot be read again: stdin, and the pseudo-files
-        # of /proc and /sys, which say they hold 0 bytes and give other bytes at each read.
-        kept = path == "-" or os.fstat(stream.fileno()).st_size == 0
+        # of /proc and /sys, which give other bytes at each read (and say they hold 0 bytes,
+        # or 4,096 in /sys).
+        kept = path == "-" or _pseudo(path, stream)
         line, offset = _skip_lines(path, stream, consumed, prefix)
         while data := _read_up_to(stream, shard_bytes):
             if not data.endswith(b"\n"):
@@ -245,6 +246,12 @@ def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefi
             if not data.endswith(b"\n"):
                 return  # the file ended inside a line, its last (see above)
             line, offset = line + texts, offset + len(data)
+
+
+def _pseudo(path: str, stream) -> bool:
+    """Whether a file is made up as it is read: one of /proc or /sys, or of no stated size."""
+    real = os.path.realpath(path)
+    return real.startswith(("/proc/", "/sys/")) or os.fstat(stream.fileno()).st_size == 0
 
 
 def _read_up_to(stream, size: int) -> bytes:
@@ -358,7 +365,7 @@ def _parquet_rows(
 
 def _next_batch(batches, path: str, row: int):
     """The next batch of rows, or None at the end; a damaged file's bytes (which pyarrow finds
-    only as it decodes them) an InputError naming the file and the row where they begin."""
+    only as it decodes them) an InputError naming the file and the first row of the batch."""
     try:
         return next(batches, None)
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError

@@ -604,7 +604,7 @@ def stop_workers(pool) -> None:
 
 
 def read_corpus(directory: str | os.PathLike, *, partial: bool = False) -> Iterator[np.ndarray]:
-    """Every text's embeddings, (L_i, E) in the run's dtype, in input order, memory-mapped,
+    """Every text's embeddings, (L_i, width) in the run's dtype, in input order, memory-mapped,
     from a run of either engine. A run that has not completed (stopped, or still going) is
     refused unless partial=True, which reads the texts its shards hold so far."""
     directory = Path(check_path("directory", directory))

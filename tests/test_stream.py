@@ -1231,6 +1231,18 @@ def test_a_parquet_row_of_null_text_is_named_counting_from_0(tmp_path):
     assert "c.parquet row 1 (from 0): 'text' is null" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("path", ["/proc/self/status", "/sys/devices/system/cpu/online"])
+def test_pseudo_files_carry_their_bytes(path):
+    """/sys files say they hold 4,096 bytes: read again by a worker, one that had changed was
+    refused ("run again", which could never work), as /proc files were."""
+    from npbert.sources import chunks
+
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not on this machine")
+    first = next(chunks([(path, "txt")], 1 << 16))
+    assert first.data is not None and len(first.data) == first.stop - first.start
+
+
 def test_a_damaged_parquet_file_is_one_line_naming_it(tmp_path):
     """Bytes of a data page that do not decode were a traceback (pyarrow's ArrowInvalid)."""
     import pyarrow as pa
