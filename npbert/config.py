@@ -3,8 +3,8 @@
 Every field npbert uses is checked for its type and range before it is used, because a wrong
 value computes silently: a NaN layer_norm_eps gives NaN everywhere, a negative one another
 LayerNorm (NaN only in rows whose variance is below |eps|), `true` gives 1, a huge one gives
-every token the same output. Sizes are taken from the tensors themselves,
-and a size config.json states must agree with them.
+every token the same output. Sizes are taken from the tensors themselves, and a size
+config.json states must agree with them.
 """
 
 import json

@@ -288,10 +288,11 @@ class RayEngine:
         self.workers = None if workers is None else check_count("workers", workers)
         if address is not None and not str(address).strip():
             raise InputError("the Ray address is empty: give host:port, or none to start a cluster")
-        check_address(cluster_address(address))  # before the run writes its directory
+        joining = cluster_address(address)
+        check_address(joining)  # before the run writes its directory
         ray = sys.modules.get("ray")
         connected = ray is not None and ray.is_initialized()  # kept: see connect
-        if self.workers is not None and cluster_address(address) is None and not connected:
+        if self.workers is not None and joining is None and not connected:
             check_actors(self.workers, cpus())  # a cluster to be started here, of cpus()
         self.address = address
 

@@ -54,7 +54,7 @@ class Record:
 class Chunk:
     """The input of one shard: a byte range of a text file (lines), or a row range of a
     Parquet file; `data` holds the bytes themselves where they cannot be read again (stdin,
-    /proc)."""
+    /proc and /sys files)."""
 
     path: str  # "-" for standard input
     format: str  # txt, jsonl or parquet

@@ -571,9 +571,8 @@ def stops_held():
     it without its counts), and forking the workers (a handler that raises while os.fork runs
     does so in an at-fork hook, where Python drops the exception, "Exception ignored in ...",
     and the Ctrl-C was lost; the CLI's handler, which ignores further ones, left the run deaf
-    to them). Outside the main thread,
-    which alone runs handlers, nothing to do; nor to a handler set outside Python (getsignal
-    gives None), which could not be put back."""
+    to them). Outside the main thread, which alone runs handlers, nothing to do; nor to a
+    handler set outside Python (getsignal gives None), which could not be put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
