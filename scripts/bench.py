@@ -382,7 +382,9 @@ def transformers_corpus_job(model: Path, source: Path, batch: int = 64) -> tuple
     batch's rows written to a file, as the shards hold them."""
     import torch
     from transformers import AutoTokenizer, BertModel
+    from transformers.utils import logging
 
+    logging.disable_progress_bar()  # transformers 5 draws one as it loads, amid the tables
     tokenizer = AutoTokenizer.from_pretrained(model)
     module = BertModel.from_pretrained(model).eval().embeddings
     out = source.parent / "out-transformers"
