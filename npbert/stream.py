@@ -245,28 +245,39 @@ def read_index(directory: Path, what: str) -> dict:
 
 
 def check_counts(index: dict, path: Path) -> None:
-    """The counts --resume goes on from, as commit_shard keeps them: whole numbers, each
-    shard starting where the last ended, the totals their sums, and as many texts consumed
-    as the shards hold. Else InputError: a damaged index would resume at the wrong place."""
+    """The counts --resume goes on from, as commit_shard keeps them: check_totals, and as
+    many texts consumed as the shards hold. Else InputError: a damaged index would resume at
+    the wrong place."""
     consumed = index.get("consumed")
-    numbers = [index.get("texts"), index.get("tokens")]
-    numbers += [s.get(k) for s in index["shards"] for k in ("first", "texts", "tokens")]
-    if isinstance(consumed, dict):
-        numbers += [consumed.get("texts"), consumed.get("bytes")]
     if not isinstance(consumed, dict) or not isinstance(consumed.get("sha256"), str):
         raise InputError(f"--resume: {path} does not say what input it holds")
+    more = (consumed.get("texts"), consumed.get("bytes"))
+    check_totals(index, path, "--resume", "give a new directory", more)
+    if index["texts"] != consumed["texts"]:
+        raise InputError(
+            f"--resume: {path}'s counts disagree (its texts are not the input's texts it says "
+            "were consumed): give a new directory"
+        )
+
+
+def check_totals(index: dict, path: Path, what: str, advice: str, more: tuple = ()) -> None:
+    """The index's counts (and `more`) whole numbers, each shard starting where the last
+    ended, the totals their sums; else InputError naming `what` reads it, with `advice`. A
+    shard dropped from the list would be texts missing without a word."""
+    numbers = [index.get("texts"), index.get("tokens"), *more]
+    numbers += [s.get(k) for s in index["shards"] for k in ("first", "texts", "tokens")]
     if not all(type(n) is int and n >= 0 for n in numbers):
-        raise InputError(f"--resume: {path} has a count that is not a whole number, 0 or more")
+        raise InputError(f"{what}: {path} has a count that is not a whole number, 0 or more")
     texts = [shard["texts"] for shard in index["shards"]]
     firsts = [shard["first"] for shard in index["shards"]]
     if (
         firsts != [0, *itertools.accumulate(texts)][: len(texts)]
-        or not index["texts"] == sum(texts) == consumed["texts"]
+        or index["texts"] != sum(texts)
         or index["tokens"] != sum(shard["tokens"] for shard in index["shards"])
     ):
         raise InputError(
-            f"--resume: {path}'s counts disagree (its shards' texts and tokens do not add up "
-            "to its totals and to the input consumed): give a new directory"
+            f"{what}: {path}'s counts disagree (its shards' texts and tokens do not add up "
+            f"to its totals): {advice}"
         )
 
 
@@ -614,6 +625,7 @@ def read_corpus(directory: str | os.PathLike, *, partial: bool = False) -> Itera
             f"{index.get('texts', 0):,} texts): finish it with --resume, or pass partial=True "
             "to read what it holds"
         )
+    check_totals(index, directory / INDEX, "read_corpus", "the corpus is damaged")
     for shard in index["shards"]:
         rows, lengths = read_shard(directory, shard, index, "read_corpus")
         for start, length in zip(np.cumsum(lengths) - lengths, lengths, strict=True):

@@ -526,8 +526,8 @@ def test_read_corpus_refuses_a_run_that_has_not_completed_unless_asked(tmp_path,
     assert _run(source, out, minilm_dir, "--shard-bytes", "500").returncode == 0
     index = json.loads((out / "index.json").read_text())
     kept = index["shards"][:2]  # as a run stopped after two shards leaves it
-    texts = sum(shard["texts"] for shard in kept)
-    stopped = {**index, "shards": kept, "texts": texts, "complete": False}
+    texts, tokens = (sum(shard[k] for shard in kept) for k in ("texts", "tokens"))
+    stopped = {**index, "shards": kept, "texts": texts, "tokens": tokens, "complete": False}
     (out / "index.json").write_text(json.dumps(stopped))
     with pytest.raises(npbert.InputError, match=f"has not completed \\(the first {texts} texts"):
         next(read_corpus(out))  # it gave the first texts as if they were all
@@ -711,6 +711,41 @@ def test_resume_refuses_an_index_whose_counts_are_damaged(tmp_path, edit, messag
     assert resumed.returncode == 2 and message in resumed.stderr, resumed.stderr
     assert resumed.stderr.count("\n") == 1 and "Traceback" not in resumed.stderr
     assert (out / "shard-00000.npy").read_bytes() == shard  # left as it was
+
+
+def _drop_a_shard(index):  # the texts it held would be missing without a word
+    del index["shards"][0]
+
+
+def _drop_the_last_shard(index):
+    index["shards"].pop()
+
+
+def _edit_tokens(index):
+    index["tokens"] += 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_drop_a_shard, "counts disagree"),
+        (_drop_the_last_shard, "counts disagree"),
+        (_edit_tokens, "counts disagree"),
+        (_edit_shard_start, "counts disagree"),
+        (_edit_texts, "not a whole number"),
+    ],
+)
+def test_read_corpus_refuses_an_index_whose_counts_are_damaged(tmp_path, edit, message):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("".join(f"text number {i}\n" for i in range(40)))
+    assert _run(source, out, TINY, "--shard-bytes", "500").returncode == 0
+    index = json.loads((out / "index.json").read_text())
+    assert len(index["shards"]) >= 2 and len(list(read_corpus(out))) == 40
+    edit(index)
+    (out / "index.json").write_text(json.dumps(index))
+    with pytest.raises(npbert.InputError, match="read_corpus: ") as caught:
+        list(read_corpus(out))
+    assert message in str(caught.value) and "index.json" in str(caught.value)
 
 
 def _dies_on_its_second_shard(directory, name, chunk):
