@@ -642,7 +642,7 @@ def stage_notes(
             values = candidate[stage.name]
             expected, _ = _align(stage.name, values, reference64[stage.name], batch)
             said += [not_finite(values), narrow_format(values, expected)]
-            said += [scaled(stage.name, values, expected)]
+            said += [scaled(stage, values, expected)]
             said += [zeroed_padding(stage, values, expected, mask)]
             said += [other_stage(stage, values, reference64, batch)]
         if any(said):
@@ -660,23 +660,26 @@ def whole_numbers(values: np.ndarray) -> str | None:
     return None
 
 
-def scaled(name: str, values: np.ndarray, expected: np.ndarray) -> str | None:
-    """A note where a failing stage is the reference times one factor (to 6 digits): a scale
-    applied or left out. For 'word', sqrt(E) is the scale BigBird applies in its sum, while
-    npbert's 'word' holds the rows as stored."""
-    nonzero = expected != 0
-    if not nonzero.any() or not np.isfinite(values).all():
+def scaled(stage: StageResult, values: np.ndarray, expected: np.ndarray) -> str | None:
+    """A note where a failing stage is the reference times one factor: values / factor within
+    the stage's tolerance of the reference (a scale applied or left out). The factor is the
+    least-squares fit, which the largest values decide: a float32 stage's values near 0 are
+    far off in relative terms. For 'word', sqrt(E) is the scale BigBird applies in its sum,
+    while npbert's 'word' holds the rows as stored."""
+    wide, norm = expected.astype(np.float64), float(np.vdot(expected, expected))
+    if norm == 0 or not np.isfinite(values).all():
         return None
-    ratios = values[nonzero] / expected[nonzero]
-    factor = float(np.median(ratios))
-    if factor in (0, 1) or np.abs(ratios - factor).max() > 1e-6 * abs(factor):
+    factor = float(np.vdot(values.astype(np.float64), wide)) / norm
+    if factor == 0 or f"{factor:.7g}" == "1":
         return None
-    if not (values[~nonzero] == 0).all():
+    error, _ = _errors(values / factor, wide)
+    if not _within(error, wide, stage.atol, 0.0):
         return None
     note = f"every value is {factor:.7g} times the reference's"
-    if name == "word" and math.isclose(factor, math.sqrt(expected.shape[-1]), rel_tol=1e-6):
+    width = expected.shape[-1]
+    if stage.name == "word" and math.isclose(factor, math.sqrt(width), rel_tol=1e-6):
         note += (
-            f", sqrt({expected.shape[-1]}): the scale BigBird gives its word rows in the sum; "
+            f", sqrt({width}): the scale BigBird gives its word rows in the sum; "
             "npbert's 'word' stage holds them as stored"
         )
     return note

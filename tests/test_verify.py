@@ -1302,6 +1302,34 @@ def test_bigbirds_word_rows_given_rescaled_are_named_as_the_rescale(tmp_path, ca
     assert "sum            ok" in out
 
 
+@pytest.mark.parametrize("stage", ["sum", "normalized", "embeddings", "word"])
+def test_a_float32_stage_scaled_by_one_factor_is_named_so(tmp_path, capsys, minilm_dir, stage):
+    """npbert's own float32 stages, one of them doubled: the note says so, though its values
+    near 0 are far off in relative terms (float32 against the float64 reference)."""
+    path, text = str(tmp_path / "s.npz"), "I am Sinan, and this is a sentence of some length"
+    main(["embed", text, "--model", str(minilm_dir), "--stages", "--out", path])
+    arrays = dict(np.load(path))
+    arrays[stage] = arrays[stage] * np.float32(2)
+    np.savez(path, **arrays)
+    capsys.readouterr()
+    assert main(["compare", path, "--model", str(minilm_dir), text]) == 1
+    assert "every value is 2 times the reference's" in capsys.readouterr().out
+
+
+def test_a_stage_wrong_by_a_factor_per_row_is_not_called_scaled(tmp_path, capsys, minilm_dir):
+    """LayerNorm with eps 1e-5 scales each row by its own factor: no one factor fits."""
+    path, text = str(tmp_path / "s.npz"), "I am Sinan, and this is a sentence of some length"
+    main(["embed", text, "--model", str(minilm_dir), "--stages", "--out", path])
+    arrays = dict(np.load(path))
+    centered = arrays["sum"] - arrays["sum"].mean(-1, keepdims=True)
+    arrays["normalized"] = centered / np.sqrt((centered**2).mean(-1, keepdims=True) + 1e-5)
+    np.savez(path, **arrays)
+    capsys.readouterr()
+    assert main(["compare", path, "--model", str(minilm_dir), text]) == 1
+    out = capsys.readouterr().out
+    assert "normalized     FAIL" in out and "times the reference's" not in out
+
+
 @pytest.mark.parametrize("kind", ["normalized", "swapped", "right"])
 def test_an_output_that_is_another_stage_or_has_swapped_axes_says_so(kind, tmp_path, capsys):
     texts = ["a b c", "b"]  # a batch of 2, 5 tokens each: B != L
