@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra[:dashes]):
             # said by the command's parser, whose --help lists what it takes
             words = hasattr(args, "text") and not any(e.startswith("-") for e in extra)
-            hint = "; quote a TEXT of several words" if words else ""
+            hint = "; quote a TEXT of several words" if words else dashed_hint(args, extra)
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
         args.texts = [*args.texts, *extra[:dashes], *extra[dashes + 1 :]]
     if sys.stdout is None:  # started with it closed (>&-): what the command says would be lost
@@ -243,6 +243,16 @@ def reader_gone() -> int:
     return 128 + signal.SIGPIPE  # what the shell reports; not reached, the signal ends us
 
 
+def dashed_hint(args, extra: list[str]) -> str:
+    """For a command that takes texts, where one left over starts with a single -: argparse
+    read it as an option it does not have."""
+    takes = hasattr(args, "texts") or hasattr(args, "text")
+    dashed = [e for e in extra if e.startswith("-") and not e.startswith("--")]
+    if not (takes and dashed):
+        return ""
+    return f"; a TEXT that starts with - goes after -- (`-- {dashed[0]}`)"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with usage errors on one line, like every other npbert error, and an option
     of one value refused when given twice."""
@@ -346,7 +356,7 @@ def add_embed(commands) -> None:
         '  npbert embed "Who is Sinan?" --pair "Sinan wrote a notebook." --model M\n'
         "  npbert embed --ids-file ids.npy --model M --out out.npz\n"
         "  npbert embed --input corpus.txt --out corpus.emb --model M\n"
-        '  npbert embed --model M -- "-5 degrees"     # a text that starts with -\n',
+        "  npbert embed --model M -- -able            # a text that starts with -\n",
     )
     add_inputs(embed)
     embed.add_argument(
@@ -403,7 +413,7 @@ def add_compare(commands) -> None:
         "stage,\nfor the same inputs. Exit 0 within tolerance, 1 outside, 2 for bad input.",
         "  npbert compare mine.npy --model M --ids-file ids.npy\n"
         '  npbert compare stages.npz --model M "I am Sinan" --json\n'
-        '  npbert compare mine.npy --model M -- "-5 degrees"\n',
+        "  npbert compare mine.npy --model M -- -able\n",
     )
     compare.add_argument(
         "candidate",

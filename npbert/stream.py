@@ -301,7 +301,8 @@ def check_out(directory: Path, resume: bool) -> None:
     others = [path.name for path in present if not is_pending(path)]
     if resume and not (directory / INDEX).exists() and others:
         raise InputError(
-            f"--resume: {directory} has no {INDEX} but holds other files ({others[0]}, ...): "
+            f"--resume: {directory} has no {INDEX} but holds other files ({others[0]}"
+            f"{', ...' if len(others) > 1 else ''}): "
             "it is not an npbert corpus to continue"
         )
 

@@ -1021,6 +1021,18 @@ def test_an_argument_a_command_does_not_take_points_to_its_own_help(capsys):
     assert "(see npbert inspect --help)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["embed"], ["explain"], ["compare", "c.npy"]])
+def test_a_text_that_starts_with_a_dash_points_to_the_double_dash(capsys, command):
+    with pytest.raises(SystemExit) as ended:
+        main([*command, "-able", "--model", str(TINY)])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.count("\n") == 1
+    assert "arguments: -able; a TEXT that starts with - goes after -- (`-- -able`)" in err
+    with pytest.raises(SystemExit):
+        main([*command, "--modle", str(TINY), "--model", str(TINY)])  # a mistyped option
+    assert "goes after --" not in capsys.readouterr().err
+
+
 def test_position_ids_from_a_file_go_to_embed_and_compare(tmp_path, capsys):
     """A port called with explicit positions (transformers' position_ids=) could be checked
     only from Python: its own position_ids were reported as differing from 0..L-1."""

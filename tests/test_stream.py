@@ -1131,6 +1131,15 @@ def test_resume_refuses_a_directory_that_is_not_a_corpus_and_leaves_it_alone(tmp
     assert {p.name: p.read_text() for p in out.iterdir()} == USERS
 
 
+def test_resume_in_a_directory_of_one_other_file_names_it_alone(tmp_path, minilm_dir):
+    source, out = tmp_path / "in.txt", tmp_path / "out"
+    source.write_text("a b c\n")
+    out.mkdir()
+    (out / "report.txt").write_text("mine")
+    resumed = _run(source, out, minilm_dir, "--resume")
+    assert resumed.returncode == 2 and "holds other files (report.txt): " in resumed.stderr
+
+
 def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("\n".join(corpus_lines(40, seed=3)) + "\n")
