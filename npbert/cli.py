@@ -680,11 +680,35 @@ def read_ids(args, text_given: bool, *, one: bool = False) -> ToEmbed:
     check_id_files(args, weights.config, input_ids, token_type_ids, position_ids, attention_mask)
     if attention_mask is None:
         warn_unmasked_padding(weights.config, np.asarray(input_ids))
+    if position_ids is not None:
+        warn_other_positions(weights.config, np.asarray(input_ids), np.asarray(position_ids))
     meta = {"ids_file": str(args.ids_file)}
     return ToEmbed(
         weights, input_ids, token_type_ids, arrays, meta,
         attention_mask=attention_mask, position_ids=position_ids,
     )  # fmt: skip
+
+
+def warn_other_positions(config, input_ids: np.ndarray, position_ids: np.ndarray) -> None:
+    """One line on stderr where --position-ids-file's positions are not those the family's
+    model makes for these ids: the reference takes them as given, so a port that numbers
+    positions wrongly (RoBERTa's from 0, not padding_idx + 1) and passes its own would pass."""
+    from npbert.inputs import own_position_ids
+
+    own = own_position_ids(config, input_ids)  # (L,) or input_ids' shape
+    if own is None:
+        return
+    given, own = np.broadcast_arrays(position_ids, own)
+    differ = np.argwhere(given != own)
+    if not len(differ):
+        return
+    at = tuple(int(i) for i in differ[0])
+    print(
+        f"npbert: warning: --position-ids-file holds positions other than those "
+        f"{config.model_type} makes for these ids ({len(differ)} of {given.size} differ; the "
+        f"first at {at}: {given[at]} vs {own[at]}): the reference takes them as given",
+        file=sys.stderr,
+    )
 
 
 def warn_unmasked_padding(config, input_ids: np.ndarray) -> None:
@@ -930,19 +954,26 @@ def run_compare(args) -> int:
     return 0 if report["ok"] else 1
 
 
-# With --ids-file, the default the reference takes for each input whose file was left out.
-DEFAULTED = {"token_type_ids": "all 0", "position_ids": "the family's positions",
-             "attention_mask": "all 1"}  # fmt: skip
+# With --ids-file, what the reference takes for each input whose file was left out. Token
+# types and the mask are defaults a caller may well have changed; positions are the ones the
+# family's model makes itself, so a candidate's that differ are likely its own mistake.
+DEFAULTED = {
+    "token_type_ids": "the reference's are the default, all 0: no --token-type-ids-file given",
+    "position_ids": "the reference's are the family's own, as its model makes them (no "
+    "--position-ids-file given: give one only where the model is called with other positions)",
+    "attention_mask": "the reference's are the default, all 1: no --attention-mask-file given",
+}
 
 
 def note_defaulted_inputs(args, results: dict) -> None:
-    """A candidate's input that differs from a default the reference took, not one given, says
-    so: the candidate may hold the right ones, and the option have been forgotten."""
-    for name, default in DEFAULTED.items():
+    """A candidate's input that differs from what the reference took where no file was given
+    says so: the candidate may hold the right ones and the option have been forgotten, or (for
+    positions) be wrong."""
+    for name, note in DEFAULTED.items():
         option, result = WITH_IDS[name], results.get(name)
         defaulted = args.ids_file is not None and getattr(args, option) is None
         if defaulted and result and not result["ok"]:
-            result["note"] = f"the reference's are the default, {default}: no {flag(option)} given"
+            result["note"] = note
 
 
 def to_json(value) -> str:

@@ -230,6 +230,16 @@ def _positions(config, input_ids, position_ids) -> np.ndarray | None:
     return check_range("position_ids", positions, "position_embeddings", rows)
 
 
+def own_position_ids(config, input_ids: np.ndarray) -> np.ndarray | None:
+    """The positions the family's model gives these ids when none are given: (L,), or (B, L)
+    where they come from each sequence's padding; None where it has no position table."""
+    if config.positions == "none":
+        return None
+    if config.positions == "padded":
+        return padded_position_ids(input_ids, config.padding_idx)
+    return absolute_position_ids(input_ids.shape[-1])
+
+
 def _padded(config, input_ids: np.ndarray) -> np.ndarray:
     """RoBERTa's derived positions, after checking that every row's real tokens fit."""
     positions = padded_position_ids(input_ids, config.padding_idx)  # (B, L) or (L,)

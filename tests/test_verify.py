@@ -323,6 +323,35 @@ def test_a_defaulted_token_type_input_says_so_where_it_differs(tmp_path, capsys,
     assert (note in out) == (not given)
 
 
+def test_a_roberta_port_numbering_positions_from_0_is_told_so_and_warned_when_it_gives_them(
+    tmp_path, capsys
+):
+    """RoBERTa counts positions from padding_idx + 1. A port that counts from 0 fails on its
+    own position_ids; given them as --position-ids-file, it would pass: a warning says so."""
+    roberta = str(TINY.parent / "tiny-roberta")
+    ids = np.array([[0, 57, 75, 2]])
+    weights = npbert.load_weights(roberta)
+    wrong = np.arange(4)[None]
+    stages = npbert.embed_stages(weights, ids, position_ids=wrong, project=True)
+    np.savez(tmp_path / "c.npz", **stages, input_ids=ids, position_ids=wrong)
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "pos.npy", wrong)
+    argv = ["compare", str(tmp_path / "c.npz"), "--model", roberta, "--ids-file"]
+    assert main([*argv, str(tmp_path / "ids.npy")]) == 1
+    out = capsys.readouterr().out
+    assert "the reference's are the family's own, as its model makes them" in out
+    assert (
+        main([*argv, str(tmp_path / "ids.npy"), "--position-ids-file", str(tmp_path / "pos.npy")])
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "--position-ids-file holds positions other than those roberta makes" in err
+    assert "(4 of 4 differ; the first at (0, 0): 0 vs 2)" in err and err.count("\n") == 1
+    np.save(tmp_path / "pos.npy", np.arange(2, 6))  # roberta's own: no warning
+    main([*argv, str(tmp_path / "ids.npy"), "--position-ids-file", str(tmp_path / "pos.npy")])
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_the_default_tolerance_passes_float32_rounding_of_large_outputs(tmp_path, capsys):
     """gamma 300: outputs of several hundred, where one float32 step is 3e-5 to 6e-5. The float64
     reference rounded to float32, the best any float32 result can be, failed atol 1e-5."""
