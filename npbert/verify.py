@@ -74,7 +74,7 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
         return {OUTPUT: _numeric(f"candidate {path}", OUTPUT, load_npy(path, "candidate"))}
     arrays = load_npz(path, "candidate") if suffix == ".npz" else _load_other(path, suffix)
     if not isinstance(arrays, dict):  # a JSON list
-        return {OUTPUT: _numeric(f"candidate {path}", OUTPUT, arrays)}
+        return {OUTPUT: _json_width(_numeric(f"candidate {path}", OUTPUT, arrays))}
     if not set(OUTPUTS) & set(arrays):
         raise InputError(
             f"candidate {path}: no 'embeddings' or 'projected' array (it has {sorted(arrays)})"
@@ -86,8 +86,20 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
             f"(stages: {', '.join(STAGES)}; inputs: {', '.join(INPUTS)})"
         )
     inputs = {key: arrays[key] for key in INPUTS if key in arrays}  # as they are: compare_inputs
-    stages = (key for key in STAGES if key in arrays)
-    return {**inputs, **{key: _numeric(f"candidate {path}", key, arrays[key]) for key in stages}}
+    stages = {
+        key: _numeric(f"candidate {path}", key, arrays[key]) for key in STAGES if key in arrays
+    }
+    if suffix == ".json":
+        stages = {key: _json_width(values) for key, values in stages.items()}
+    return {**inputs, **stages}
+
+
+def _json_width(values: np.ndarray) -> np.ndarray:
+    """JSON's numbers as float32 where float32 holds every one of them exactly: JSON says
+    nothing of the width a port computed in, and float32 values read as float64 would be
+    taken for a float64 port's (float64_stages)."""
+    narrow = values.astype(np.float32) if values.dtype == np.float64 else values
+    return narrow if np.array_equal(narrow, values, equal_nan=True) else values
 
 
 def _load_other(path: Path, suffix: str) -> dict:
@@ -421,8 +433,9 @@ def unchecked_before(bad: str | None, order: list[str], given) -> list[str]:
     """The stages before `bad`, in the layer's order, that could be at fault and were not
     checked: not given, and not vouched for by a later stage given within tolerance (every
     stage given before `bad` is). A stage after the lookups vouches for all before it, as it
-    is computed from them; a lookup for itself alone. [] where `bad` is an input or None."""
-    if bad not in order:
+    is computed from them; a lookup for itself alone. [] where `bad` is an input, a lookup
+    (it depends on no other stage) or None."""
+    if bad not in order or bad in LOOKUPS:
         return []
     before = order[: order.index(bad)]
     vouched = set()

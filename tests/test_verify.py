@@ -250,6 +250,8 @@ def test_a_wrong_output_given_alone_names_no_step(tmp_path, capsys, minilm, mini
         # every lookup given: the one at fault is named
         (("word", "token_type", "position", "embeddings"),
          "the first stage that disagrees is 'position'"),
+        # a lookup depends on no other stage: those not given are not where its fault is
+        (("position", "embeddings"), "the first stage that disagrees is 'position'"),
     ],
 )  # fmt: skip
 def test_a_stage_not_given_before_the_first_that_disagrees_is_named(
@@ -1378,6 +1380,19 @@ def test_an_output_that_is_another_stage_or_has_swapped_axes_says_so(kind, tmp_p
         kind == "normalized"
     )
     assert ("its first two axes swapped" in out) == (kind == "swapped")
+
+
+def test_a_json_candidate_is_float64_only_where_its_numbers_are(tmp_path, capsys):
+    """JSON's numbers are read as float64 whatever width wrote them: a float32 port's, as
+    JavaScript's Float32Array gives them, is not told it may be held to float64's tolerance."""
+    main(["embed", "a b", "--model", str(TINY), "--out", str(tmp_path / "e.npz")])
+    output, ids = (np.load(tmp_path / "e.npz")[k] for k in ("embeddings", "input_ids"))
+    wide = npbert.embed(npbert.load_weights(TINY), ids, dtype=np.float64)
+    for values, noted in ((output, False), (wide, True)):
+        (tmp_path / "c.json").write_text(json.dumps({"embeddings": values.tolist()}))
+        capsys.readouterr()
+        assert main(["compare", str(tmp_path / "c.json"), "--model", str(TINY), "a b"]) == 0
+        assert ("float64 values, held to float32's tolerance" in capsys.readouterr().out) == noted
 
 
 def test_a_float64_candidate_held_to_float32s_tolerance_is_told_so(tmp_path, capsys):
