@@ -771,7 +771,10 @@ def run_embed(args) -> int:
     if not np.isfinite(outputs[output]).all():  # NaN spreads without a warning from NumPy
         warnings.warn("NaN or Inf in the output", RuntimeWarning, stacklevel=1)  # say_warnings
     if args.out is not None:
-        arrays = {**outputs, **inputs.arrays}
+        saved = dict(inputs.arrays)
+        if not inputs.weights.config.type_vocab_size:  # no table: the layer takes no token
+            saved.pop("token_type_ids", None)  # types, compare refuses them (vectors alike)
+        arrays = {**outputs, **saved}
         written = save(args.out, output, arrays, metadata(inputs.weights, **inputs.meta))
         others = [name for name in outputs if name != output]
         if others and args.out.suffix.lower() == ".npz":

@@ -1136,3 +1136,22 @@ def test_describe_counts_one_token_type_in_the_singular():
     assert "2 token types, eps" in describe(config)
     one = dataclasses.replace(config, type_vocab_size=1)
     assert "1 token type, eps" in describe(one)  # was "1 token types"
+
+
+@pytest.mark.parametrize("family", ["tiny-distilbert", "tiny-mpnet", "tiny-bert"])
+def test_the_inputs_embed_writes_go_back_into_compare(tmp_path, capsys, family):
+    """Token types are written only where the layer takes them: compare refuses them for a
+    family with no token-type table, so a file written for one could not be checked."""
+    model = str(DATA / family)
+    code, _, _ = run(capsys, "embed", "a b", "--model", model, "--out", tmp_path / "e.npz")
+    written = np.load(tmp_path / "e.npz")
+    typed = npbert.load_weights(model).config.type_vocab_size > 0
+    assert code == 0 and ("token_type_ids" in written) == typed
+    files = []
+    for name, option in (("input_ids", "--ids-file"), ("token_type_ids", "--token-type-ids-file"),
+                         ("attention_mask", "--attention-mask-file")):  # fmt: skip
+        if name in written:
+            np.save(tmp_path / f"{name}.npy", written[name])
+            files += [option, tmp_path / f"{name}.npy"]
+    code, out, err = run(capsys, "compare", tmp_path / "e.npz", "--model", model, *files)
+    assert code == 0 and "PASS" in out, err
