@@ -640,6 +640,20 @@ PER_SEQUENCE = (
 )
 
 
+NO_SEQUENCES = (
+    f"{PER_SEQUENCE}; and these rows are no sequence's, so the positions are wrong too "
+    "(RoBERTa's count from padding_idx + 1)"
+)
+
+
+def _some_sequences(candidate: dict, reference64: dict) -> bool:
+    """Whether a candidate's shared position rows, (L, E), are some sequence's rows of the
+    reference, (B, L, E), within the default tolerance."""
+    rows, reference = candidate["position"], reference64["position"]
+    atol = default_atol(reference)
+    return any(_within(_errors(rows, rows_of)[0], rows_of, atol, 0.0) for rows_of in reference)
+
+
 def stage_notes(
     candidate: dict, reference64: dict, stages: list, bare: bool, batch, mask=None
 ) -> dict:
@@ -754,7 +768,7 @@ def _shape_notes(stage: StageResult, candidate: dict, reference64: dict, bare: b
     if stage.name == "position" and not stage.shape_ok:
         shape, expected = stage.shapes  # (L, E) against (B, L, E)
         if len(shape) == 2 and len(expected) == 3 and shape == expected[1:]:
-            yield PER_SEQUENCE
+            yield PER_SEQUENCE if _some_sequences(candidate, reference64) else NO_SEQUENCES
     if not stage.shape_ok and _swapped(*stage.shapes):
         yield SWAPPED
     if not stage.shape_ok:

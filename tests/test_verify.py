@@ -1074,11 +1074,14 @@ def test_position_rows_shared_where_the_reference_has_them_per_sequence_say_so(t
     main(["embed", *texts, "--model", roberta, "--stages", "--out", str(tmp_path / "r.npz")])
     capsys.readouterr()
     arrays = dict(np.load(tmp_path / "r.npz"))
-    arrays["position"] = arrays["position"][0]  # (L, E), the first sequence's
-    np.savez(tmp_path / "shared.npz", **arrays)
-    code = main(["compare", str(tmp_path / "shared.npz"), "--model", roberta, *texts])
-    out = capsys.readouterr()[0]
-    assert code == 1 and "position rows differ between sequences" in out
+    rows = arrays["position"][0]  # (L, E), the first sequence's
+    table = npbert.load_weights(roberta).position_embeddings
+    for shared, wrong in ((rows, False), (table[: len(rows)], True)):  # positions from 0: wrong
+        np.savez(tmp_path / "shared.npz", **{**arrays, "position": shared})
+        code = main(["compare", str(tmp_path / "shared.npz"), "--model", roberta, *texts])
+        out = capsys.readouterr()[0]
+        assert code == 1 and "position rows differ between sequences" in out
+        assert ("these rows are no sequence's, so the positions are wrong too" in out) == wrong
 
 
 def nearest_bfloat16(values: np.ndarray) -> np.ndarray:
