@@ -952,7 +952,7 @@ def run_compare(args) -> int:
         inputs=inputs.reference_inputs(),
         attention_mask=inputs.attention_mask,
     )
-    note_defaulted_inputs(args, report["inputs"])
+    note_defaulted_inputs(args, report)
     say(to_json(report) if args.json else format_report(report))
     return 0 if report["ok"] else 1
 
@@ -968,15 +968,20 @@ DEFAULTED = {
 }
 
 
-def note_defaulted_inputs(args, results: dict) -> None:
+def note_defaulted_inputs(args, report: dict) -> None:
     """A candidate's input that differs from what the reference took where no file was given
     says so: the candidate may hold the right ones and the option have been forgotten, or (for
-    positions) be wrong."""
+    positions) be wrong. So does a token_type stage that disagrees, for a candidate that gave
+    no token_type_ids (a pair's, say)."""
     for name, note in DEFAULTED.items():
-        option, result = WITH_IDS[name], results.get(name)
+        option, result = WITH_IDS[name], report["inputs"].get(name)
         defaulted = args.ids_file is not None and getattr(args, option) is None
         if defaulted and result and not result["ok"]:
             result["note"] = note
+    stage = report["stages"].get("token_type")
+    defaulted = args.ids_file is not None and args.token_type_ids_file is None
+    if defaulted and stage and not stage["ok"] and "token_type_ids" not in report["inputs"]:
+        stage.setdefault("notes", []).append(DEFAULTED["token_type_ids"])
 
 
 def to_json(value) -> str:

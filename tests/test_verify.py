@@ -354,6 +354,27 @@ def test_a_roberta_port_numbering_positions_from_0_is_told_so_and_warned_when_it
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_pairs_stages_checked_without_its_token_types_say_what_the_reference_took(
+    tmp_path, capsys
+):
+    """A pair's right stages, without its token_type_ids and with --token-type-ids-file
+    forgotten: token_type fails, and the note says the reference took all 0."""
+    argv = ["embed", "i am", "--pair", "a b", "--model", str(TINY), "--stages"]
+    main([*argv, "--out", str(tmp_path / "s.npz")])
+    capsys.readouterr()
+    stages = dict(np.load(tmp_path / "s.npz"))
+    np.save(tmp_path / "ids.npy", stages.pop("input_ids"))
+    np.save(tmp_path / "types.npy", stages.pop("token_type_ids"))
+    np.savez(tmp_path / "c.npz", **stages)
+    argv = ["compare", str(tmp_path / "c.npz"), "--model", str(TINY), "--ids-file"]
+    assert main([*argv, str(tmp_path / "ids.npy")]) == 1
+    out = capsys.readouterr().out
+    assert "token_type     FAIL" in out
+    assert "note:  the reference's are the default, all 0: no --token-type-ids-file given" in out
+    types = ["--token-type-ids-file", str(tmp_path / "types.npy")]
+    assert main([*argv, str(tmp_path / "ids.npy"), *types]) == 0
+
+
 def test_the_default_tolerance_passes_float32_rounding_of_large_outputs(tmp_path, capsys):
     """gamma 300: outputs of several hundred, where one float32 step is 3e-5 to 6e-5. The float64
     reference rounded to float32, the best any float32 result can be, failed atol 1e-5."""
