@@ -612,6 +612,10 @@ BEFORE_PROJECTION = (
     "checked as the layer's output, before the projection to the hidden size that follows "
     "it ('projected', what the first encoder layer receives)"
 )
+UNPROJECTED = (
+    "this is the width of the word rows, before the projection inside the layer to the hidden "
+    "size ('embed_proj', DeBERTa's): is the projection left out?"
+)
 PADDING_ONLY = (
     "every value out of tolerance is in a padding row (attention_mask 0); the real tokens "
     "agree. npbert embeds padding rows as the family's layer does"
@@ -763,6 +767,8 @@ def _shape_notes(stage: StageResult, candidate: dict, reference64: dict, bare: b
         yield BEFORE_PROJECTION
     if stage.name == "projected" and _fits_other("projected", "embeddings", candidate, reference64):
         yield EMBEDDINGS_AS_PROJECTED
+    if stage.name == "embeddings" and _unprojected(stage, candidate, reference64):
+        yield UNPROJECTED
     if stage.padding_only:
         yield PADDING_ONLY
     if stage.name == "position" and not stage.shape_ok:
@@ -781,6 +787,13 @@ def _shape_notes(stage: StageResult, candidate: dict, reference64: dict, bare: b
 def _swapped(shape: tuple, expected: tuple) -> bool:
     """Whether shape is expected, (B, L, E), with B and L swapped, (L, B, E)."""
     return len(shape) == len(expected) == 3 and shape == (expected[1], expected[0], expected[2])
+
+
+def _unprojected(stage: StageResult, candidate: dict, reference64: dict) -> bool:
+    """Whether a DeBERTa output fails by shape where it has the word rows' width, E, not H."""
+    if stage.shape_ok or "embed_proj" not in reference64:
+        return False
+    return _align("embeddings", candidate["embeddings"], reference64["word"])[0] is not None
 
 
 def _fits_other(name: str, other: str, candidate: dict, reference64: dict) -> bool:

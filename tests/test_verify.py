@@ -375,6 +375,25 @@ def test_a_pairs_stages_checked_without_its_token_types_say_what_the_reference_t
     assert main([*argv, str(tmp_path / "ids.npy"), *types]) == 0
 
 
+def test_a_deberta_output_without_its_projection_inside_the_layer_says_so(tmp_path, capsys):
+    """DeBERTa projects E -> H before its LayerNorm: a port that leaves embed_proj out gives
+    (B, L, E), which the note names, as it names ALBERT's projection after the layer."""
+    deberta = str(TINY.parent / "tiny-deberta-v2")
+    weights = npbert.load_weights(deberta)
+    ids = np.array([[1, 7, 5, 2]])
+    stages = npbert.embed_stages(weights, ids)
+    x = stages["word"]  # (1, 4, E), no positions or token types in this checkpoint's sum
+    centered = x - x.mean(-1, keepdims=True)
+    output = centered / np.sqrt((centered**2).mean(-1, keepdims=True) + 1e-7)
+    np.save(tmp_path / "ids.npy", ids)
+    for given, noted in ((output, True), (stages["embeddings"][..., :8], False)):
+        np.save(tmp_path / "c.npy", given)
+        argv = ["compare", str(tmp_path / "c.npy"), "--model", deberta]
+        assert main([*argv, "--ids-file", str(tmp_path / "ids.npy")]) == 1
+        out = capsys.readouterr().out
+        assert ("the width of the word rows, before the projection inside" in out) == noted, out
+
+
 def test_the_default_tolerance_passes_float32_rounding_of_large_outputs(tmp_path, capsys):
     """gamma 300: outputs of several hundred, where one float32 step is 3e-5 to 6e-5. The float64
     reference rounded to float32, the best any float32 result can be, failed atol 1e-5."""
