@@ -674,7 +674,10 @@ def stage_notes(
             expected, _ = _align(stage.name, values, reference64[stage.name], batch)
             said += [not_finite(values), narrow_format(values, expected)]
             said += [scaled(stage, values, expected)]
-            said += [zeroed_padding(stage, values, expected, mask)]
+            said += [
+                zeroed_padding(stage, values, expected, mask),
+                swapped_values(stage, values, expected),
+            ]
             said += [other_stage(stage, values, reference64, batch)]
         if any(said):
             notes[stage.name] = [note for note in said if note]
@@ -714,6 +717,22 @@ def scaled(stage: StageResult, values: np.ndarray, expected: np.ndarray) -> str 
             "npbert's 'word' stage holds them as stored"
         )
     return note
+
+
+SWAPPED_VALUES = (
+    "these are the reference's values with the batch and sequence axes swapped, within "
+    "tolerance: (L, B, ...) where the reference is (B, L, ...), batch first (B = L here)"
+)
+
+
+def swapped_values(stage: StageResult, values: np.ndarray, expected: np.ndarray) -> str | None:
+    """A note where a failing (B, B, E) stage is the reference with its first two axes
+    swapped: where B = L the shape cannot tell (_swapped does where they differ)."""
+    if values.ndim != 3 or values.shape[0] != values.shape[1]:
+        return None
+    swapped = expected.swapaxes(0, 1)  # (L, B, ...)
+    error, _ = _errors(values, swapped)
+    return SWAPPED_VALUES if _within(error, swapped, stage.atol, 0.0) else None
 
 
 def zeroed_padding(stage: StageResult, values, expected, mask) -> str | None:

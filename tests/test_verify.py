@@ -394,6 +394,19 @@ def test_a_deberta_output_without_its_projection_inside_the_layer_says_so(tmp_pa
         assert ("the width of the word rows, before the projection inside" in out) == noted, out
 
 
+def test_a_batch_as_long_as_its_sequences_given_with_its_axes_swapped_says_so(tmp_path, capsys):
+    """(B, L, E) with B = L: the shape cannot tell the axes swapped, the values can."""
+    ids = np.array([[2, 57, 3], [2, 75, 3], [2, 64, 3]])
+    output = npbert.embed(npbert.load_weights(TINY), ids)
+    np.save(tmp_path / "ids.npy", ids)
+    for given, noted in ((output.swapaxes(0, 1), True), (output[::-1], False)):
+        np.save(tmp_path / "c.npy", np.ascontiguousarray(given))
+        argv = ["compare", str(tmp_path / "c.npy"), "--model", str(TINY)]
+        assert main([*argv, "--ids-file", str(tmp_path / "ids.npy")]) == 1
+        out = capsys.readouterr().out
+        assert ("values with the batch and sequence axes swapped" in out) == noted, out
+
+
 def test_the_default_tolerance_passes_float32_rounding_of_large_outputs(tmp_path, capsys):
     """gamma 300: outputs of several hundred, where one float32 step is 3e-5 to 6e-5. The float64
     reference rounded to float32, the best any float32 result can be, failed atol 1e-5."""
