@@ -685,9 +685,10 @@ def stage_notes(
 
 
 def whole_numbers(values: np.ndarray) -> str | None:
-    """A note where a failing stage's values are whole numbers, not all 0: token ids, say,
-    given where the layer's output belongs (no stage of a real layer is whole numbers)."""
-    if values.size == 0 or not np.isfinite(values).all() or not values.any():
+    """A note where a failing stage's values are whole numbers, some past 1: token ids, say,
+    given where the layer's output belongs (no stage of a real layer is whole numbers, but
+    sinusoidal position rows at position 0 are 0s and 1s)."""
+    if values.size == 0 or not np.isfinite(values).all() or np.abs(values).max() <= 1:
         return None
     if values.dtype.kind in "iu" or np.array_equal(values, np.round(values)):
         return WHOLE_NUMBERS

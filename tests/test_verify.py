@@ -1314,6 +1314,7 @@ def test_token_ids_given_as_the_candidate_are_named_as_whole_numbers(tmp_path, c
         "ids": (ids, True),  # the wrong shape, and integers
         "rounded": (np.round(output * 10).astype(np.int32), True),  # the shape, integers
         "zeros": (np.zeros_like(output), False),  # a port that wrote nothing: not ids
+        "0 and 1": ((output > 0).astype(np.float32), False),  # as sin, cos at position 0
         "off": (output + np.float32(1e-3), False),  # wrong, but real-valued
     }
     for name, (candidate, noted) in cases.items():
