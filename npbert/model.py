@@ -469,6 +469,13 @@ def _listed(name: str, values) -> list | None:
         raise InputError(f"{name} is {type(values).__name__}: decode it to a str first")
     if isinstance(values, Mapping | AbstractSet) or not isinstance(values, Iterable):
         raise InputError(f"{name} must be a str or a list of str, not {type(values).__name__}")
+    if hasattr(values, "columns"):  # a table (pandas, polars) iterates over its columns
+        raise InputError(
+            f"{name} is a table ({type(values).__name__}), which iterates over its columns: "
+            "give one column of it (frame['text'])"
+        )
+    if isinstance(values, np.ndarray) and values.ndim == 0:
+        raise InputError(f"{name} is a 0-d array: give a str or a list of str")
     return list(values)
 
 

@@ -102,6 +102,7 @@ def test_too_long_is_an_error_unless_truncation_is_asked(embedder):
         ({"a": 1}, None, "texts must be a str or a list of str, not dict"),
         ({"a", "b"}, None, "not set"),
         ("a", ["c"], "pairs must be a str for a single text, not list"),
+        (np.array("a b"), None, "texts is a 0-d array: give a str or a list of str"),
     ],
 )
 def test_bad_text_input(embedder, texts, pairs, message):
@@ -112,6 +113,20 @@ def test_bad_text_input(embedder, texts, pairs, message):
     if not isinstance(texts, str) and not isinstance(pairs, str):  # embed_each's own message
         with pytest.raises(InputError, match=message):
             embedder.embed_each(texts, pairs)
+
+
+def test_a_table_of_texts_is_refused_not_read_as_its_column_names(embedder):
+    """A DataFrame iterates over its column names: embedder(frame) embedded the word "text"."""
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame({"text": ["a b", "c"], "pair": ["d", "e"]})
+    message = "texts is a table (DataFrame), which iterates over its columns: give one column"
+    for call in (embedder, embedder.encode, embedder.embed_each):
+        with pytest.raises(InputError, match=re.escape(message)):
+            call(frame)
+    with pytest.raises(InputError, match="pairs is a table"):
+        embedder(frame["text"], frame)
+    columns = embedder(frame["text"], frame["pair"]).embeddings  # a column is a list of texts
+    np.testing.assert_array_equal(columns, embedder(["a b", "c"], ["d", "e"]).embeddings)
 
 
 def test_encode_takes_what_call_takes(embedder):
