@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import signal
 import sys
 import textwrap
@@ -245,12 +246,16 @@ def reader_gone() -> int:
 
 def dashed_hint(args, extra: list[str]) -> str:
     """For a command that takes texts, where one left over starts with a single -: argparse
-    read it as an option it does not have."""
+    read it as an option it does not have. An option's name with one - is a typo."""
     takes = hasattr(args, "texts") or hasattr(args, "text")
     dashed = [e for e in extra if e.startswith("-") and not e.startswith("--")]
     if not (takes and dashed):
         return ""
-    return f"; a TEXT that starts with - goes after -- (`-- {dashed[0]}`)"
+    options = args.parser._option_string_actions  # argparse's own table of option strings
+    typo = next((f"-{e}" for e in dashed if f"-{e.split('=')[0]}" in options), None)
+    if typo:
+        return f"; did you mean {typo}?"
+    return f"; a TEXT that starts with - goes after -- (`-- {shlex.quote(dashed[0])}`)"
 
 
 class Parser(argparse.ArgumentParser):
@@ -690,23 +695,25 @@ def read_ids(args, text_given: bool, *, one: bool = False) -> ToEmbed:
 
 
 def warn_other_positions(config, input_ids: np.ndarray, position_ids: np.ndarray) -> None:
-    """One line on stderr where --position-ids-file's positions are not those the family's
-    model makes for these ids: the reference takes them as given, so a port that numbers
-    positions wrongly (RoBERTa's from 0, not padding_idx + 1) and passes its own would pass."""
+    """One line on stderr where --position-ids-file's positions for real tokens are not those
+    the family's model makes for these ids: they are used as given, so a port that numbers
+    positions wrongly (RoBERTa's from 0, not padding_idx + 1) and passes its own to compare
+    would pass. (RoBERTa's padding takes position padding_idx; what a file gives it there is
+    left alone.)"""
     from npbert.inputs import own_position_ids
 
     own = own_position_ids(config, input_ids)  # (L,) or input_ids' shape
     if own is None:
         return
     given, own = np.broadcast_arrays(position_ids, own)
-    differ = np.argwhere(given != own)
+    differ = np.argwhere((given != own) & (own != config.padding_idx))
     if not len(differ):
         return
     at = tuple(int(i) for i in differ[0])
     print(
         f"npbert: warning: --position-ids-file holds positions other than those "
         f"{config.model_type} makes for these ids ({len(differ)} of {given.size} differ; the "
-        f"first at {at}: {given[at]} vs {own[at]}): the reference takes them as given",
+        f"first at {at}: {given[at]} vs {own[at]}): they are used as given",
         file=sys.stderr,
     )
 

@@ -620,13 +620,13 @@ def read_corpus(directory: str | os.PathLike, *, partial: bool = False) -> Itera
     refused unless partial=True, which reads the texts its shards hold so far."""
     directory = Path(check_path("directory", directory))
     index = read_index(directory, "read_corpus")
+    check_totals(index, directory / INDEX, "read_corpus", "the corpus is damaged")
     if not check_flag("partial", partial) and index.get("complete") is not True:
         raise InputError(
             f"read_corpus: {directory} holds a run that has not completed (the first "
             f"{index.get('texts', 0):,} texts): finish it with --resume, or pass partial=True "
             "to read what it holds"
         )
-    check_totals(index, directory / INDEX, "read_corpus", "the corpus is damaged")
     for shard in index["shards"]:
         rows, lengths = read_shard(directory, shard, index, "read_corpus")
         for start, length in zip(np.cumsum(lengths) - lengths, lengths, strict=True):

@@ -95,11 +95,21 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def _json_width(values: np.ndarray) -> np.ndarray:
-    """JSON's numbers as float32 where float32 holds every one of them exactly: JSON says
-    nothing of the width a port computed in, and float32 values read as float64 would be
-    taken for a float64 port's (float64_stages)."""
-    narrow = values.astype(np.float32) if values.dtype == np.float64 else values
-    return narrow if np.array_equal(narrow, values, equal_nan=True) else values
+    """JSON's numbers as float32 where each is a float32 written out, in full (Python's
+    tolist(), JavaScript) or in at most 9 significant digits (C's %.9g, Go's and Rust's
+    shortest form), which float32 reads back as it was: JSON says nothing of the width a port
+    computed in, and float32 values read as float64 would be taken for a float64 port's
+    (float64_stages). A float64 port writes 17 digits."""
+    if values.dtype != np.float64:
+        return values
+    with np.errstate(over="ignore"):  # past float32's range: not float32 numbers, kept
+        narrow = values.astype(np.float32)
+    exact = (narrow == values) | np.isnan(values)
+    rest = values[~exact]
+    short = np.isfinite(narrow[~exact]).all() and all(
+        float(f"{value:.9g}") == value for value in rest.tolist()
+    )
+    return narrow if short else values
 
 
 def _load_other(path: Path, suffix: str) -> dict:

@@ -1031,6 +1031,13 @@ def test_a_text_that_starts_with_a_dash_points_to_the_double_dash(capsys, comman
     with pytest.raises(SystemExit):
         main([*command, "--modle", str(TINY), "--model", str(TINY)])  # a mistyped option
     assert "goes after --" not in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*command, "x", "-revision", "v1", "--model", str(TINY)])  # one - too few
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: -revision v1; did you mean --revision?" in err
+    with pytest.raises(SystemExit):
+        main([*command, "-a;b", "--model", str(TINY)])  # the command shown quoted for a shell
+    assert "(`-- '-a;b'`)" in capsys.readouterr().err
 
 
 def test_position_ids_from_a_file_go_to_embed_and_compare(tmp_path, capsys):

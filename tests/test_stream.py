@@ -725,9 +725,14 @@ def _edit_tokens(index):
     index["tokens"] += 1
 
 
+def _edit_texts_of_a_stopped_run(index):  # formatted in the "has not completed" message
+    index["texts"], index["complete"] = "many", False
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
+        (_edit_texts_of_a_stopped_run, "not a whole number"),
         (_drop_a_shard, "counts disagree"),
         (_drop_the_last_shard, "counts disagree"),
         (_edit_tokens, "counts disagree"),

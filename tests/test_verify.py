@@ -352,6 +352,11 @@ def test_a_roberta_port_numbering_positions_from_0_is_told_so_and_warned_when_it
     np.save(tmp_path / "pos.npy", np.arange(2, 6))  # roberta's own: no warning
     main([*argv, str(tmp_path / "ids.npy"), "--position-ids-file", str(tmp_path / "pos.npy")])
     assert "warning" not in capsys.readouterr().err
+    np.save(tmp_path / "padded.npy", np.array([[0, 57, 2, 1]]))  # the pad id, 1, last
+    np.save(tmp_path / "pos.npy", np.array([2, 3, 4, 0]))  # roberta's but at the padding
+    argv = ["embed", "--model", roberta, "--ids-file", str(tmp_path / "padded.npy")]
+    main([*argv, "--position-ids-file", str(tmp_path / "pos.npy")])
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_a_pairs_stages_checked_without_its_token_types_say_what_the_reference_took(
@@ -1445,7 +1450,9 @@ def test_a_json_candidate_is_float64_only_where_its_numbers_are(tmp_path, capsys
     main(["embed", "a b", "--model", str(TINY), "--out", str(tmp_path / "e.npz")])
     output, ids = (np.load(tmp_path / "e.npz")[k] for k in ("embeddings", "input_ids"))
     wide = npbert.embed(npbert.load_weights(TINY), ids, dtype=np.float64)
-    for values, noted in ((output, False), (wide, True)):
+    nine_digits = np.vectorize(lambda v: float(f"{v:.9g}"))(output)  # C's %.9g
+    shortest = np.vectorize(lambda v: float(str(v)))(output)  # NumPy's, Go's, Rust's form
+    for values, noted in ((output, False), (nine_digits, False), (shortest, False), (wide, True)):
         (tmp_path / "c.json").write_text(json.dumps({"embeddings": values.tolist()}))
         capsys.readouterr()
         assert main(["compare", str(tmp_path / "c.json"), "--model", str(TINY), "a b"]) == 0
