@@ -664,8 +664,9 @@ def _some_sequences(candidate: dict, reference64: dict) -> bool:
     """Whether a candidate's shared position rows, (L, E), are some sequence's rows of the
     reference, (B, L, E), within the default tolerance."""
     rows, reference = candidate["position"], reference64["position"]
-    atol = default_atol(reference)
-    return any(_within(_errors(rows, rows_of)[0], rows_of, atol, 0.0) for rows_of in reference)
+    atol = _note_atol(rows, reference, default_atol(reference))
+    with np.errstate(all="ignore"):  # a candidate's huge values: no match, no warning
+        return any(_within(_errors(rows, of)[0], of, atol, 0.0) for of in reference)
 
 
 def stage_notes(
@@ -698,7 +699,7 @@ def whole_numbers(values: np.ndarray) -> str | None:
     """A note where a failing stage's values are whole numbers, some past 1: token ids, say,
     given where the layer's output belongs (no stage of a real layer is whole numbers, but
     sinusoidal position rows at position 0 are 0s and 1s)."""
-    if values.size == 0 or not np.isfinite(values).all() or np.abs(values).max() <= 1:
+    if values.size == 0 or not np.isfinite(values).all() or max(-values.min(), values.max()) <= 1:
         return None
     if values.dtype.kind in "iu" or np.array_equal(values, np.round(values)):
         return WHOLE_NUMBERS
@@ -708,26 +709,36 @@ def whole_numbers(values: np.ndarray) -> str | None:
 def scaled(stage: StageResult, values: np.ndarray, expected: np.ndarray) -> str | None:
     """A note where a failing stage is the reference times one factor: values / factor within
     the stage's tolerance of the reference (a scale applied or left out). The factor is the
-    least-squares fit, which the largest values decide: a float32 stage's values near 0 are
-    far off in relative terms. For 'word', sqrt(E) is the scale BigBird applies in its sum,
-    while npbert's 'word' holds the rows as stored."""
+    least-squares fit, which the largest values decide (a float32 stage's values near 0 are
+    far off in relative terms), said in the fewest digits that still fit. For 'word', sqrt(E)
+    is the scale BigBird applies in its sum, while npbert's 'word' holds the rows as stored."""
     wide, norm = expected.astype(np.float64), float(np.vdot(expected, expected))
     if norm == 0 or not np.isfinite(values).all():
         return None
-    factor = float(np.vdot(values.astype(np.float64), wide)) / norm
-    if factor == 0 or f"{factor:.7g}" == "1":
+    fitted = float(np.vdot(values.astype(np.float64), wide)) / norm
+    # values stored in float16, say: rounding factor * reference to it costs about as much
+    # as rounding the reference, within a factor of 2 (another binade)
+    atol = stage.atol + 2 * _narrow(values, wide)[1]
+    digits = (f"{fitted:.{n}g}" for n in range(1, 8))
+    factor = next((d for d in digits if _fits(values, float(d), wide, atol)), None)
+    if factor in (None, "0", "1"):
         return None
-    error, _ = _errors(values / factor, wide)
-    if not _within(error, wide, stage.atol, 0.0):
-        return None
-    note = f"every value is {factor:.7g} times the reference's"
+    note = f"every value is {factor} times the reference's"
     width = expected.shape[-1]
-    if stage.name == "word" and math.isclose(factor, math.sqrt(width), rel_tol=1e-6):
+    if stage.name == "word" and math.isclose(fitted, math.sqrt(width), rel_tol=1e-6):
         note += (
             f", sqrt({width}): the scale BigBird gives its word rows in the sum; "
             "npbert's 'word' stage holds them as stored"
         )
     return note
+
+
+def _fits(values: np.ndarray, factor: float, expected: np.ndarray, atol: float) -> bool:
+    """Whether values / factor is within atol of expected."""
+    if factor == 0:
+        return False
+    with np.errstate(all="ignore"):
+        return _within(_errors(values / factor, expected)[0], expected, atol, 0.0)
 
 
 SWAPPED_VALUES = (
@@ -842,24 +853,37 @@ def narrow_format(values: np.ndarray, reference64: np.ndarray) -> str | None:
     a float16 or bfloat16 number: the candidate was stored or computed in it, and rounding the
     reference (the same shape) to it alone puts it that far away (a failure that may be the
     format, not the math); None otherwise."""
-    if values.size == 0 or np.array_equal(values, np.round(values), equal_nan=True):
-        return None
-    with np.errstate(all="ignore"):  # casts of a candidate's huge values overflow: not these
-        # bfloat16 first: its numbers (8 significant bits) within float16's range are float16
-        # numbers too (11 bits), while float16's are seldom all bfloat16's.
-        if _is_bfloat16(values):
-            name, rounded = "bfloat16", _to_bfloat16(reference64)
-        elif np.array_equal(values, values.astype(np.float16), equal_nan=True):
-            name, rounded = "float16", reference64.astype(np.float16)
-        else:
-            return None
-        distance = float(np.abs(rounded - reference64).max())
-    if distance == 0:  # the reference is of that format too (a float16 checkpoint's lookups)
+    name, distance = _narrow(values, reference64)
+    if not distance:  # not of such a format, or the reference is too (a float16 checkpoint's)
         return None
     return (
         f"every value is a {name} number: the reference rounded to {name} is itself "
         f"{distance:.3g} from the reference"
     )
+
+
+def _narrow(values: np.ndarray, reference: np.ndarray) -> tuple[str | None, float]:
+    """(float16 or bfloat16, how far rounding the reference to it puts it) where every value,
+    not all whole numbers, is a number of that format; (None, 0.0) otherwise."""
+    if values.size == 0 or np.array_equal(values, np.round(values), equal_nan=True):
+        return None, 0.0
+    with np.errstate(all="ignore"):  # casts of a candidate's huge values overflow: not these
+        # bfloat16 first: its numbers (8 significant bits) within float16's range are float16
+        # numbers too (11 bits), while float16's are seldom all bfloat16's.
+        if _is_bfloat16(values):
+            name, rounded = "bfloat16", _to_bfloat16(reference)
+        elif np.array_equal(values, values.astype(np.float16), equal_nan=True):
+            name, rounded = "float16", reference.astype(np.float16)
+        else:
+            return None, 0.0
+        return name, float(np.abs(rounded - reference).max())
+
+
+def _note_atol(values: np.ndarray, reference: np.ndarray, atol: float) -> float:
+    """The tolerance a note holds a candidate's values to: atol, plus what rounding the
+    reference to the candidate's float16 or bfloat16 alone costs (a scaled or re-laid stage
+    stored in it is told as one)."""
+    return atol + _narrow(values, reference)[1]
 
 
 def _is_bfloat16(values: np.ndarray) -> bool:

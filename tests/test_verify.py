@@ -1134,7 +1134,9 @@ def test_position_rows_shared_where_the_reference_has_them_per_sequence_say_so(t
     arrays = dict(np.load(tmp_path / "r.npz"))
     rows = arrays["position"][0]  # (L, E), the first sequence's
     table = npbert.load_weights(roberta).position_embeddings
-    for shared, wrong in ((rows, False), (table[: len(rows)], True)):  # positions from 0: wrong
+    right, wrong = rows, table[: len(rows)]  # positions from 0: wrong
+    cases = ((right, False), (right.astype(np.float16), False), (wrong, True))
+    for shared, wrong in cases:
         np.savez(tmp_path / "shared.npz", **{**arrays, "position": shared})
         code = main(["compare", str(tmp_path / "shared.npz"), "--model", roberta, *texts])
         out = capsys.readouterr()[0]
@@ -1402,11 +1404,12 @@ def test_a_float32_stage_scaled_by_one_factor_is_named_so(tmp_path, capsys, mini
     path, text = str(tmp_path / "s.npz"), "I am Sinan, and this is a sentence of some length"
     main(["embed", text, "--model", str(minilm_dir), "--stages", "--out", path])
     arrays = dict(np.load(path))
-    arrays[stage] = arrays[stage] * np.float32(2)
-    np.savez(path, **arrays)
-    capsys.readouterr()
-    assert main(["compare", path, "--model", str(minilm_dir), text]) == 1
-    assert "every value is 2 times the reference's" in capsys.readouterr().out
+    doubled = arrays[stage] * np.float32(2)
+    for stored in (doubled, doubled.astype(np.float16)):  # float16 is told as such, too
+        np.savez(path, **{**arrays, stage: stored})
+        capsys.readouterr()
+        assert main(["compare", path, "--model", str(minilm_dir), text]) == 1
+        assert "every value is 2 times the reference's" in capsys.readouterr().out
 
 
 def test_a_stage_wrong_by_a_factor_per_row_is_not_called_scaled(tmp_path, capsys, minilm_dir):
