@@ -959,7 +959,7 @@ def run_compare(args) -> int:
         inputs=inputs.reference_inputs(),
         attention_mask=inputs.attention_mask,
     )
-    note_defaulted_inputs(args, report)
+    note_defaulted_inputs(args, report, candidate, inputs.weights)
     say(to_json(report) if args.json else format_report(report))
     return 0 if report["ok"] else 1
 
@@ -975,11 +975,13 @@ DEFAULTED = {
 }
 
 
-def note_defaulted_inputs(args, report: dict) -> None:
+def note_defaulted_inputs(args, report: dict, candidate: dict, weights) -> None:
     """A candidate's input that differs from what the reference took where no file was given
     says so: the candidate may hold the right ones and the option have been forgotten, or (for
-    positions) be wrong. So does a token_type stage that disagrees, for a candidate that gave
-    no token_type_ids (a pair's, say)."""
+    positions) be wrong. So does a token_type stage that disagrees by being other rows of the
+    table, for a candidate that gave no token_type_ids (a pair's, say)."""
+    from npbert.verify import other_token_types
+
     for name, note in DEFAULTED.items():
         option, result = WITH_IDS[name], report["inputs"].get(name)
         defaulted = args.ids_file is not None and getattr(args, option) is None
@@ -987,7 +989,9 @@ def note_defaulted_inputs(args, report: dict) -> None:
             result["note"] = note
     stage = report["stages"].get("token_type")
     defaulted = args.ids_file is not None and args.token_type_ids_file is None
-    if defaulted and stage and not stage["ok"] and "token_type_ids" not in report["inputs"]:
+    if not (defaulted and stage and not stage["ok"]) or "token_type_ids" in report["inputs"]:
+        return
+    if other_token_types(candidate["token_type"], weights.token_type_embeddings):
         stage.setdefault("notes", []).append(DEFAULTED["token_type_ids"])
 
 

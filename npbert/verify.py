@@ -674,25 +674,34 @@ def stage_notes(
 ) -> dict:
     """{stage: [note, ...]} for the report. bare: the candidate's output came unnamed (a .npy),
     and was taken as the layer's output or its projection by its shape; batch: batch_size;
-    mask: compare's attention_mask."""
+    mask: compare's attention_mask. A candidate's huge values (1e308, a port's uninitialized
+    memory) overflow in these guesses: no note, and no warning."""
     notes = {}
     for stage in stages:
-        said = [*_shape_notes(stage, candidate, reference64, bare)]
-        if not stage.ok:
-            said.append(whole_numbers(candidate[stage.name]))
-        if stage.shape_ok and not stage.ok:
-            values = candidate[stage.name]
-            expected, _ = _align(stage.name, values, reference64[stage.name], batch)
-            said += [not_finite(values), narrow_format(values, expected)]
-            said += [scaled(stage, values, expected)]
-            said += [
-                zeroed_padding(stage, values, expected, mask),
-                swapped_values(stage, values, expected),
+        with np.errstate(all="ignore"):
+            said = [
+                note for note in _notes(stage, candidate, reference64, bare, batch, mask) if note
             ]
-            said += [other_stage(stage, values, reference64, batch)]
-        if any(said):
-            notes[stage.name] = [note for note in said if note]
+        if said:
+            notes[stage.name] = said
     return notes
+
+
+def _notes(stage: StageResult, candidate: dict, reference64: dict, bare: bool, batch, mask):
+    """stage_notes' guesses for one stage, None where one has nothing to say."""
+    yield from _shape_notes(stage, candidate, reference64, bare)
+    if stage.ok:
+        return
+    yield whole_numbers(candidate[stage.name])
+    if stage.shape_ok:
+        values = candidate[stage.name]
+        expected, _ = _align(stage.name, values, reference64[stage.name], batch)
+        yield not_finite(values)
+        yield narrow_format(values, expected)
+        yield scaled(stage, values, expected)
+        yield zeroed_padding(stage, values, expected, mask)
+        yield swapped_values(stage, values, expected)
+        yield other_stage(stage, values, reference64, batch)
 
 
 def whole_numbers(values: np.ndarray) -> str | None:
@@ -739,6 +748,19 @@ def _fits(values: np.ndarray, factor: float, expected: np.ndarray, atol: float) 
         return False
     with np.errstate(all="ignore"):
         return _within(_errors(values / factor, expected)[0], expected, atol, 0.0)
+
+
+def other_token_types(rows: np.ndarray, table: np.ndarray | None) -> bool:
+    """Whether a candidate's token_type stage, (..., E), is every one of them a row of the
+    table (T, E), not all row 0: the rows of other token types than all 0 (a pair's)."""
+    if table is None or rows.size == 0 or rows.shape[-1:] != table.shape[-1:]:
+        return False
+    flat = rows.reshape(-1, rows.shape[-1]).astype(np.float64)  # (n, E)
+    with np.errstate(all="ignore"):  # float16 rounding allowed for: rtol 1e-3
+        close = np.stack(
+            [(np.abs(flat - row) <= 1e-5 + 1e-3 * np.abs(row)).all(-1) for row in table]
+        )
+    return bool(close.any(axis=0).all() and not close[0].all())  # (T, n)
 
 
 SWAPPED_VALUES = (

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -378,6 +379,11 @@ def test_a_pairs_stages_checked_without_its_token_types_say_what_the_reference_t
     assert "note:  the reference's are the default, all 0: no --token-type-ids-file given" in out
     types = ["--token-type-ids-file", str(tmp_path / "types.npy")]
     assert main([*argv, str(tmp_path / "ids.npy"), *types]) == 0
+    capsys.readouterr()
+    stages["token_type"] = stages["token_type"] + np.float32(0.01)  # no table's rows: other
+    np.savez(tmp_path / "c.npz", **stages)  # than the token types, wrong
+    assert main([*argv, str(tmp_path / "ids.npy")]) == 1
+    assert "no --token-type-ids-file given" not in capsys.readouterr().out
 
 
 def test_a_deberta_output_without_its_projection_inside_the_layer_says_so(tmp_path, capsys):
@@ -412,7 +418,21 @@ def test_a_batch_as_long_as_its_sequences_given_with_its_axes_swapped_says_so(tm
         assert ("values with the batch and sequence axes swapped" in out) == noted, out
 
 
-def test_the_default_tolerance_passes_float32_rounding_of_large_outputs(tmp_path, capsys):
+@pytest.mark.parametrize("name", ["c.npz", "c.json"])
+def test_a_candidate_of_huge_values_fails_without_numpys_warnings(tmp_path, capsys, name):
+    """Values past float32's range (1e39, in JSON) or near float64's (1e308: a port's
+    uninitialized memory) overflow in the notes' guesses: they fail, with no warning."""
+    huge = {"embeddings": np.full((1, 4, 32), 1e308), "position": np.full((4, 32), 1e308)}
+    if name == "c.json":
+        (tmp_path / name).write_text(json.dumps({"embeddings": np.full((1, 4, 32), 1e39).tolist()}))
+    else:
+        np.savez(tmp_path / name, **huge)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["compare", str(tmp_path / name), "--model", str(TINY), "a b"]) == 1
+    err = capsys.readouterr().err
+    assert not caught and "Warning" not in err, [str(w.message) for w in caught] + [err]
+
     """gamma 300: outputs of several hundred, where one float32 step is 3e-5 to 6e-5. The float64
     reference rounded to float32, the best any float32 result can be, failed atol 1e-5."""
     from test_cli import tiny_words
