@@ -48,7 +48,7 @@ import numpy as np
 from npbert.checkpoint import EmbeddingWeights, check_weights
 from npbert.cores import cpus
 from npbert.errors import InputError
-from npbert.inputs import check_count
+from npbert.inputs import check_count, shown
 
 # Tokens per block, as measured on bert-base (scripts/bench.py, AMD EPYC, 1 MiB L2 a core):
 # longer NumPy calls mean fewer hand-offs of the GIL between threads and less Python a token.
@@ -410,7 +410,7 @@ def centered_table(weights: EmbeddingWeights, mode: str) -> None:
     embedded as the table has rows, and the table is at most AUTO_LIMIT bytes), "always" (now)
     or "never" (and drop it). Results are the same either way; only speed and memory differ."""
     if not isinstance(mode, str) or mode not in ("auto", "always", "never"):
-        raise InputError(f"mode must be 'auto', 'always' or 'never', not {mode!r}")
+        raise InputError(f"mode must be 'auto', 'always' or 'never', not {shown(mode)}")
     check_weights(weights)
     record = derived(weights)
     with _lock:

@@ -29,6 +29,13 @@ class Inputs(NamedTuple):  # immutable, and made in a third of a frozen dataclas
     positions_from_zero: bool = False  # position_ids are the default 0..L-1 of each sequence
 
 
+def shown(value, limit: int = 60) -> str:
+    """repr(value) for an error message, cut at `limit` characters: a list of a million texts
+    given for a path would make a message of 49 MB."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({type(value).__name__})"
+
+
 def check_count(name: str, value) -> int:
     """A whole number of at least 1 (a Python or NumPy integer, not a bool, not 1.0), as
     threads, workers, batch sizes and lengths are, as an int; or InputError."""
@@ -37,7 +44,7 @@ def check_count(name: str, value) -> int:
     except TypeError:
         number = None
     if number is None or number < 1:
-        raise InputError(f"{name} must be a whole number of at least 1, got {value!r}")
+        raise InputError(f"{name} must be a whole number of at least 1, got {shown(value)}")
     return number
 
 
@@ -45,7 +52,7 @@ def check_flag(name: str, value) -> bool:
     """True or False (a NumPy bool too), as project and truncation are, or InputError: a
     string such as "no" is true, and would do what the caller said not to."""
     if not isinstance(value, bool | np.bool_):
-        raise InputError(f"{name} must be True or False, got {value!r}")
+        raise InputError(f"{name} must be True or False, got {shown(value)}")
     return bool(value)
 
 
@@ -54,7 +61,7 @@ def check_path(name: str, value) -> str:
     TypeError would not say which argument it was)."""
     path = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(path, str):
-        raise InputError(f"{name} must be a path (a str or os.PathLike), got {value!r}")
+        raise InputError(f"{name} must be a path (a str or os.PathLike), got {shown(value)}")
     return path
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from npbert.cores import cpus
 from npbert.errors import InputError, WorkerLost
-from npbert.inputs import check_count
+from npbert.inputs import check_count, shown
 from npbert.sources import Record
 
 COLUMNS = ("embeddings", "input_ids", "token_type_ids", "lengths")
@@ -168,7 +168,7 @@ def embed_dataset(
     if isinstance(cpus_per_actor, bool) or not (
         isinstance(cpus_per_actor, int | float) and 0 < cpus_per_actor < math.inf
     ):
-        raise InputError(f"cpus_per_actor must be a number above 0, got {cpus_per_actor!r}")
+        raise InputError(f"cpus_per_actor must be a number above 0, got {shown(cpus_per_actor)}")
     if actors is None:
         actors = default_actors(ray.cluster_resources().get("CPU", 1), cpus_per_actor)
     actors = check_count("actors", actors)

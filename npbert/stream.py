@@ -43,7 +43,7 @@ from npbert.atomic import is_temporary, write_atomically
 from npbert.config import JSON_ERRORS, json_problem
 from npbert.cores import cpus
 from npbert.errors import InputError, WorkerLost
-from npbert.inputs import check_count, check_flag, check_path
+from npbert.inputs import check_count, check_flag, check_path, shown
 from npbert.model import Embedder, check_embedder, check_encodings
 from npbert.npyfile import check_header, load_npy, regular_file
 from npbert.progress import Progress, check_mode
@@ -84,7 +84,8 @@ def check_settings(dtype, truncation) -> bool:
     """A corpus job's output dtype and truncation flag, on either engine, or InputError;
     returns the flag as a bool (JSON has no NumPy bool)."""
     if not isinstance(dtype, str) or dtype not in DTYPES:  # np.dtype("float16") == "float16"
-        raise InputError(f"dtype must be the name {' or '.join(map(repr, DTYPES))}, got {dtype!r}")
+        names = " or ".join(map(repr, DTYPES))
+        raise InputError(f"dtype must be the name {names}, got {shown(dtype)}")
     return check_flag("truncation", truncation)
 
 

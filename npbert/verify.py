@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert.errors import InputError, first_line
-from npbert.inputs import check_mask, indexed
+from npbert.inputs import check_mask, indexed, shown
 from npbert.npyfile import given_file, load_npy, load_npz
 
 # Every stage name a family may have (npbert.embedding), for reading a candidate's arrays.
@@ -340,7 +340,7 @@ def check_tolerance(name: str, value) -> float:
     except OverflowError:  # an int past float's range (np.isfinite raised TypeError on it)
         tolerance = math.inf
     if not (math.isfinite(tolerance) and tolerance >= 0):
-        raise InputError(f"{name} must be a finite number of at least 0, got {value!r}")
+        raise InputError(f"{name} must be a finite number of at least 0, got {shown(value)}")
     return tolerance
 
 

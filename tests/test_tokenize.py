@@ -470,6 +470,23 @@ def test_bad_batch_size_and_max_length(embedder, kwargs, message):
             embedder(TEXTS, **kwargs)
 
 
+def test_a_huge_argument_in_the_wrong_place_is_named_in_a_short_message(embedder, tmp_path):
+    """A list of texts given where a count, a flag or a path goes was repeated whole in the
+    message: 49 MB for a million texts."""
+    from npbert.stream import embed_corpus
+
+    texts = ["a sentence of a corpus"] * 100_000
+    calls = [
+        lambda: embedder.embed_each(["a"], batch_size=texts),
+        lambda: embedder("a", truncation=texts),
+        lambda: embed_corpus(embedder, texts, tmp_path / "out"),
+    ]
+    for call in calls:
+        with pytest.raises(InputError) as caught:
+            call()
+        assert len(str(caught.value)) < 200 and str(caught.value).endswith("... (list)")
+
+
 def test_embed_each_takes_lists(embedder):
     with pytest.raises(InputError, match="embed_each takes lists"):
         embedder.embed_each("one text")
