@@ -446,6 +446,12 @@ class LocalEngine:
 
     def __init__(self, embedder: Embedder, *, workers: int | None, truncation: bool, dtype):
         self.embedder, self.truncation, self.dtype = embedder, truncation, dtype
+        if multiprocessing.current_process().daemon:  # before the directory is written
+            raise InputError(
+                "the corpus job starts worker processes, which a daemonic process (a "
+                "multiprocessing.Pool's worker) may not: run it from one that may have children "
+                "(concurrent.futures.ProcessPoolExecutor's workers may)"
+            )
         cores = cpus()
         self.workers = cores if workers is None else check_count("workers", workers)
         if self.workers > WORKERS_PER_CORE * cores:

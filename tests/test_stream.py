@@ -1656,3 +1656,25 @@ def test_a_proc_file_is_embedded_as_read_once(tmp_path, minilm_dir):
     assert result.returncode == 0, result.stderr
     index = json.loads((out / "index.json").read_text())
     assert index["texts"] > 5 and len(list(read_corpus(out))) == index["texts"]
+
+
+def _corpus_in_a_pool_worker(directory: str) -> str:
+    embedder = npbert.Embedder.from_pretrained(TINY)
+    source = Path(directory) / "in.txt"
+    try:
+        stream.embed_corpus(embedder, source, Path(directory) / "out", workers=1)
+    except npbert.InputError as error:
+        return str(error)
+    return "embedded"
+
+
+def test_the_corpus_job_in_a_daemonic_process_is_refused_before_it_writes(tmp_path):
+    """A multiprocessing.Pool's workers may not have children: the job's workers failed
+    with multiprocessing's AssertionError, and left a directory that only --resume took."""
+    import multiprocessing
+
+    (tmp_path / "in.txt").write_text("a b\n")
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        said = pool.apply_async(_corpus_in_a_pool_worker, (str(tmp_path),)).get(timeout=120)
+    assert "a daemonic process (a multiprocessing.Pool's worker) may not" in said
+    assert not (tmp_path / "out").exists()
