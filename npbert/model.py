@@ -346,8 +346,10 @@ class Embedder:
 
         The texts are embedded batch_size at a time, each batch's tokens back to back as the
         corpus job embeds them (npbert.ragged): no padding is computed, none is needed (a
-        tokenizer without a pad token takes texts of any lengths), and beyond the outputs,
-        memory stays within one batch. show_progress_bar: a tqdm bar of the texts embedded.
+        tokenizer without a pad token takes texts of any lengths), and beyond the outputs, the
+        embedding's memory stays within one batch. The whole list is tokenized first, so that
+        bad input is found before any work, and its Encodings are held to the end (a few
+        hundred bytes a token). show_progress_bar: a tqdm bar of the texts embedded.
         Other arguments as __call__.
         """
         from tqdm import tqdm  # not huggingface_hub's: importing it reads the Hub's settings
