@@ -664,9 +664,8 @@ def _some_sequences(candidate: dict, reference64: dict) -> bool:
     """Whether a candidate's shared position rows, (L, E), are some sequence's rows of the
     reference, (B, L, E), within the default tolerance."""
     rows, reference = candidate["position"], reference64["position"]
-    atol = _note_atol(rows, reference, default_atol(reference))
-    with np.errstate(all="ignore"):  # a candidate's huge values: no match, no warning
-        return any(_within(_errors(rows, of)[0], of, atol, 0.0) for of in reference)
+    atol = default_atol(reference) + _narrow(rows, reference)[1]  # rows in float16, say
+    return any(_within(_errors(rows, of)[0], of, atol, 0.0) for of in reference)
 
 
 def stage_notes(
@@ -708,7 +707,9 @@ def whole_numbers(values: np.ndarray) -> str | None:
     """A note where a failing stage's values are whole numbers, some past 1: token ids, say,
     given where the layer's output belongs (no stage of a real layer is whole numbers, but
     sinusoidal position rows at position 0 are 0s and 1s)."""
-    if values.size == 0 or not np.isfinite(values).all() or max(-values.min(), values.max()) <= 1:
+    if values.size == 0 or not np.isfinite(values).all():
+        return None
+    if max(abs(float(values.min())), abs(float(values.max()))) <= 1:
         return None
     if values.dtype.kind in "iu" or np.array_equal(values, np.round(values)):
         return WHOLE_NUMBERS
@@ -744,15 +745,12 @@ def scaled(stage: StageResult, values: np.ndarray, expected: np.ndarray) -> str 
 
 def _fits(values: np.ndarray, factor: float, expected: np.ndarray, atol: float) -> bool:
     """Whether values / factor is within atol of expected."""
-    if factor == 0:
-        return False
-    with np.errstate(all="ignore"):
-        return _within(_errors(values / factor, expected)[0], expected, atol, 0.0)
+    return factor != 0 and _within(_errors(values / factor, expected)[0], expected, atol, 0.0)
 
 
 def other_token_types(rows: np.ndarray, table: np.ndarray | None) -> bool:
-    """Whether a candidate's token_type stage, (..., E), is every one of them a row of the
-    table (T, E), not all row 0: the rows of other token types than all 0 (a pair's)."""
+    """Whether every row of a candidate's token_type stage, (..., E), is a row of the table
+    (T, E), and not all of them row 0: the rows of token types other than all 0 (a pair's)."""
     if table is None or rows.size == 0 or rows.shape[-1:] != table.shape[-1:]:
         return False
     flat = rows.reshape(-1, rows.shape[-1]).astype(np.float64)  # (n, E)
@@ -899,13 +897,6 @@ def _narrow(values: np.ndarray, reference: np.ndarray) -> tuple[str | None, floa
         else:
             return None, 0.0
         return name, float(np.abs(rounded - reference).max())
-
-
-def _note_atol(values: np.ndarray, reference: np.ndarray, atol: float) -> float:
-    """The tolerance a note holds a candidate's values to: atol, plus what rounding the
-    reference to the candidate's float16 or bfloat16 alone costs (a scaled or re-laid stage
-    stored in it is told as one)."""
-    return atol + _narrow(values, reference)[1]
 
 
 def _is_bfloat16(values: np.ndarray) -> bool:
