@@ -706,13 +706,14 @@ def warn_other_positions(config, input_ids: np.ndarray, position_ids: np.ndarray
     if own is None:
         return
     given, own = np.broadcast_arrays(position_ids, own)
-    differ = np.argwhere((given != own) & (own != config.padding_idx))
+    real = own != config.padding_idx  # every token but RoBERTa's padding
+    differ = np.argwhere((given != own) & real)
     if not len(differ):
         return
     at = tuple(int(i) for i in differ[0])
     print(
         f"npbert: warning: --position-ids-file holds positions other than those "
-        f"{config.model_type} makes for these ids ({len(differ)} of {given.size} differ; the "
+        f"{config.model_type} makes for these ids ({len(differ)} of {real.sum()} differ; the "
         f"first at {at}: {given[at]} vs {own[at]}): they are used as given",
         file=sys.stderr,
     )

@@ -32,7 +32,10 @@ class Inputs(NamedTuple):  # immutable, and made in a third of a frozen dataclas
 def shown(value, limit: int = 60) -> str:
     """repr(value) for an error message, cut at `limit` characters: a list of a million texts
     given for a path would make a message of 49 MB."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a repr that fails would replace the error being made
+        return f"a {type(value).__name__}"
     return text if len(text) <= limit else f"{text[:limit]}... ({type(value).__name__})"
 
 

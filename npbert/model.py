@@ -11,7 +11,7 @@ import numpy.typing as npt
 from npbert import fast
 from npbert.checkpoint import EmbeddingWeights, check_weights, load_checkpoint
 from npbert.errors import InputError
-from npbert.inputs import check_count, check_flag, prepare_inputs
+from npbert.inputs import check_count, check_flag, prepare_inputs, shown
 from npbert.ragged import embed_encodings
 
 
@@ -83,7 +83,8 @@ def float_dtype(dtype) -> np.dtype:
     try:
         dtype = np.dtype(dtype)
     except TypeError:
-        raise InputError(f"dtype {dtype!r} is not a NumPy dtype: use float32 or float64") from None
+        given = shown(dtype)
+        raise InputError(f"dtype {given} is not a NumPy dtype: use float32 or float64") from None
     if dtype not in (np.float32, np.float64):
         raise InputError(f"dtype must be float32 or float64, got {dtype}")
     return dtype

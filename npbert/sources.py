@@ -32,6 +32,7 @@ from pathlib import Path
 
 from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError
+from npbert.inputs import shown
 from npbert.npyfile import given_file
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -77,7 +78,7 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
     format is input_format, or the file's extension (any case); another extension is refused
     rather than read as text."""
     if input_format is not None and input_format not in FORMATS.values():
-        raise InputError(f"input format {input_format!r}: use txt, jsonl or parquet")
+        raise InputError(f"input format {shown(input_format)}: use txt, jsonl or parquet")
     source = os.fspath(source)
     if source == "":  # Path("") is the current directory
         raise InputError("--input is empty: give a file, a directory, or - for standard input")

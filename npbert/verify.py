@@ -703,17 +703,24 @@ def _notes(stage: StageResult, candidate: dict, reference64: dict, bare: bool, b
         yield other_stage(stage, values, reference64, batch)
 
 
+# Ids are whole numbers of at most this (float32 holds every whole number up to it); larger
+# values, whole as every float is from 2**24 up, are no evidence of ids (a port's 1e308s).
+LARGEST_ID = 2**24
+
+
 def whole_numbers(values: np.ndarray) -> str | None:
-    """A note where a failing stage's values are whole numbers, some past 1: token ids, say,
-    given where the layer's output belongs (no stage of a real layer is whole numbers, but
-    sinusoidal position rows at position 0 are 0s and 1s)."""
+    """A note where a failing stage's values are whole numbers, some past 1 and none past
+    LARGEST_ID: token ids, say, given where the layer's output belongs (no stage of a real
+    layer is whole numbers, but sinusoidal position rows at position 0 are 0s and 1s)."""
     if values.size == 0 or not np.isfinite(values).all():
         return None
-    if max(abs(float(values.min())), abs(float(values.max()))) <= 1:
+    if not 1 < max(abs(float(values.min())), abs(float(values.max()))) <= LARGEST_ID:
         return None
-    if values.dtype.kind in "iu" or np.array_equal(values, np.round(values)):
+    if values.dtype.kind in "iu":
         return WHOLE_NUMBERS
-    return None
+    sample = values.flat[:4096]  # a real-valued stage shows it here, without a whole copy
+    whole = np.array_equal(sample, np.round(sample)) and np.array_equal(values, np.round(values))
+    return WHOLE_NUMBERS if whole else None
 
 
 def scaled(stage: StageResult, values: np.ndarray, expected: np.ndarray) -> str | None:
@@ -729,13 +736,13 @@ def scaled(stage: StageResult, values: np.ndarray, expected: np.ndarray) -> str 
     # values stored in float16, say: rounding factor * reference to it costs about as much
     # as rounding the reference, within a factor of 2 (another binade)
     atol = stage.atol + 2 * _narrow(values, wide)[1]
-    digits = (f"{fitted:.{n}g}" for n in range(1, 8))
-    factor = next((d for d in digits if _fits(values, float(d), wide, atol)), None)
-    if factor in (None, "0", "1"):
+    digits = (float(f"{fitted:.{n}g}") for n in range(1, 8))
+    factor = next((d for d in digits if _fits(values, d, wide, atol)), None)
+    if factor in (None, 0, 1):
         return None
-    note = f"every value is {factor} times the reference's"
+    note = f"every value is {repr(factor).removesuffix('.0')} times the reference's"  # 10, 1e+30
     width = expected.shape[-1]
-    if stage.name == "word" and math.isclose(fitted, math.sqrt(width), rel_tol=1e-6):
+    if stage.name == "word" and _fits(values, math.sqrt(width), wide, atol):
         note += (
             f", sqrt({width}): the scale BigBird gives its word rows in the sum; "
             "npbert's 'word' stage holds them as stored"
@@ -754,9 +761,9 @@ def other_token_types(rows: np.ndarray, table: np.ndarray | None) -> bool:
     if table is None or rows.size == 0 or rows.shape[-1:] != table.shape[-1:]:
         return False
     flat = rows.reshape(-1, rows.shape[-1]).astype(np.float64)  # (n, E)
-    with np.errstate(all="ignore"):  # float16 rounding allowed for: rtol 1e-3
+    with np.errstate(all="ignore"):  # bfloat16's rounding allowed for: 2**-8 of a value
         close = np.stack(
-            [(np.abs(flat - row) <= 1e-5 + 1e-3 * np.abs(row)).all(-1) for row in table]
+            [(np.abs(flat - row) <= 1e-5 + 2**-8 * np.abs(row)).all(-1) for row in table]
         )
     return bool(close.any(axis=0).all() and not close[0].all())  # (T, n)
 
@@ -774,7 +781,8 @@ def swapped_values(stage: StageResult, values: np.ndarray, expected: np.ndarray)
         return None
     swapped = expected.swapaxes(0, 1)  # (L, B, ...)
     error, _ = _errors(values, swapped)
-    return SWAPPED_VALUES if _within(error, swapped, stage.atol, 0.0) else None
+    atol = stage.atol + _narrow(values, swapped)[1]  # values in float16, say
+    return SWAPPED_VALUES if _within(error, swapped, atol, 0.0) else None
 
 
 def zeroed_padding(stage: StageResult, values, expected, mask) -> str | None:

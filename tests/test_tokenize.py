@@ -480,11 +480,23 @@ def test_a_huge_argument_in_the_wrong_place_is_named_in_a_short_message(embedder
         lambda: embedder.embed_each(["a"], batch_size=texts),
         lambda: embedder("a", truncation=texts),
         lambda: embed_corpus(embedder, texts, tmp_path / "out"),
+        lambda: embed_corpus(embedder, "in.txt", tmp_path / "out", input_format=texts),
+        lambda: npbert.embed(embedder.weights, [[1]], dtype=texts),
     ]
     for call in calls:
         with pytest.raises(InputError) as caught:
             call()
-        assert len(str(caught.value)) < 200 and str(caught.value).endswith("... (list)")
+        assert len(str(caught.value)) < 200 and "... (list)" in str(caught.value)
+
+
+def test_an_argument_whose_repr_fails_is_named_by_its_type(embedder):
+    class Broken:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    message = "batch_size must be a whole number of at least 1, got a Broken"
+    with pytest.raises(InputError, match=message):
+        embedder.embed_each(["a"], batch_size=Broken())
 
 
 def test_embed_each_takes_lists(embedder):

@@ -379,7 +379,13 @@ def test_a_pairs_stages_checked_without_its_token_types_say_what_the_reference_t
     assert "note:  the reference's are the default, all 0: no --token-type-ids-file given" in out
     types = ["--token-type-ids-file", str(tmp_path / "types.npy")]
     assert main([*argv, str(tmp_path / "ids.npy"), *types]) == 0
+    from npbert.verify import _to_bfloat16
+
+    stages["token_type"] = _to_bfloat16(stages["token_type"]).astype(np.float32)
+    np.savez(tmp_path / "c.npz", **stages)  # the right rows, stored in bfloat16
     capsys.readouterr()
+    assert main([*argv, str(tmp_path / "ids.npy")]) == 1
+    assert "no --token-type-ids-file given" in capsys.readouterr().out
     stages["token_type"] = stages["token_type"] + np.float32(0.01)  # no table's rows: other
     np.savez(tmp_path / "c.npz", **stages)  # than the token types, wrong
     assert main([*argv, str(tmp_path / "ids.npy")]) == 1
@@ -410,7 +416,9 @@ def test_a_batch_as_long_as_its_sequences_given_with_its_axes_swapped_says_so(tm
     ids = np.array([[2, 57, 3], [2, 75, 3], [2, 64, 3]])
     output = npbert.embed(npbert.load_weights(TINY), ids)
     np.save(tmp_path / "ids.npy", ids)
-    for given, noted in ((output.swapaxes(0, 1), True), (output[::-1], False)):
+    swapped = output.swapaxes(0, 1)
+    cases = ((swapped, True), (swapped.astype(np.float16), True), (output[::-1], False))
+    for given, noted in cases:
         np.save(tmp_path / "c.npy", np.ascontiguousarray(given))
         argv = ["compare", str(tmp_path / "c.npy"), "--model", str(TINY)]
         assert main([*argv, "--ids-file", str(tmp_path / "ids.npy")]) == 1
@@ -430,9 +438,12 @@ def test_a_candidate_of_huge_values_fails_without_numpys_warnings(tmp_path, caps
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert main(["compare", str(tmp_path / name), "--model", str(TINY), "a b"]) == 1
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert not caught and "Warning" not in err, [str(w.message) for w in caught] + [err]
+    assert "as token ids are" not in out  # 1e308s are no ids
 
+
+def test_the_default_tolerance_passes_float32_rounding_of_large_outputs(tmp_path, capsys):
     """gamma 300: outputs of several hundred, where one float32 step is 3e-5 to 6e-5. The float64
     reference rounded to float32, the best any float32 result can be, failed atol 1e-5."""
     from test_cli import tiny_words
@@ -623,7 +634,7 @@ def test_a_large_candidate_of_the_wrong_shape_is_not_widened_to_be_told_so(tmp_p
     """It was copied to float64 before its shape was looked at: a 1 GB .npy took 3.2 GB."""
     import tracemalloc  # NumPy reports its arrays' memory to it
 
-    candidate = np.zeros((64, 4, 32 * 1024), np.float32)  # 32 MiB, for (1, 4, 32)
+    candidate = np.full((64, 4, 32 * 1024), 1.5, np.float32)  # 32 MiB, for (1, 4, 32)
     np.save(tmp_path / "c.npy", candidate)
     tracemalloc.start()
     try:
@@ -1424,12 +1435,13 @@ def test_a_float32_stage_scaled_by_one_factor_is_named_so(tmp_path, capsys, mini
     path, text = str(tmp_path / "s.npz"), "I am Sinan, and this is a sentence of some length"
     main(["embed", text, "--model", str(minilm_dir), "--stages", "--out", path])
     arrays = dict(np.load(path))
-    doubled = arrays[stage] * np.float32(2)
-    for stored in (doubled, doubled.astype(np.float16)):  # float16 is told as such, too
+    doubled, tenfold = arrays[stage] * np.float32(2), arrays[stage] * np.float32(10)
+    cases = ((doubled, "2"), (doubled.astype(np.float16), "2"), (tenfold, "10"))  # not 1e+01
+    for stored, factor in cases:  # float16 is told as such, too
         np.savez(path, **{**arrays, stage: stored})
         capsys.readouterr()
         assert main(["compare", path, "--model", str(minilm_dir), text]) == 1
-        assert "every value is 2 times the reference's" in capsys.readouterr().out
+        assert f"every value is {factor} times the reference's" in capsys.readouterr().out
 
 
 def test_a_stage_wrong_by_a_factor_per_row_is_not_called_scaled(tmp_path, capsys, minilm_dir):
