@@ -225,11 +225,9 @@ def _positions(config, input_ids, position_ids) -> np.ndarray | None:
             raise _absent("position_ids", config, "position")
         return None
     if position_ids is None:
-        if config.positions == "padded":
-            return _padded(config, input_ids)
-        if length > config.max_length:
-            raise InputError(f"input_ids has {length} tokens, more than {_limit(config)}")
-        return absolute_position_ids(length)
+        positions = own_position_ids(config, input_ids)
+        _check_fits(config, positions)
+        return positions
     positions = as_id_array("position_ids", position_ids)
     if positions.shape not in ((length,), input_ids.shape):
         shapes = f"({length},)" + (f" or {input_ids.shape}" if input_ids.ndim == 2 else "")
@@ -250,18 +248,20 @@ def own_position_ids(config, input_ids: np.ndarray) -> np.ndarray | None:
     return absolute_position_ids(input_ids.shape[-1])
 
 
-def _padded(config, input_ids: np.ndarray) -> np.ndarray:
-    """RoBERTa's derived positions, after checking that every row's real tokens fit."""
-    positions = padded_position_ids(input_ids, config.padding_idx)  # (B, L) or (L,)
-    # the most tokens a row has that are not padding: rows padding_idx + 1 .. padding_idx + real
-    real = int(positions.max()) - config.padding_idx
+def _check_fits(config, positions: np.ndarray) -> None:
+    """InputError unless every sequence's tokens fit the model's limit: positions 0..L-1, or
+    RoBERTa's, where padding takes none of it (rows padding_idx + 1 .. padding_idx + real)."""
+    if config.positions != "padded":
+        if len(positions) > config.max_length:
+            raise InputError(f"input_ids has {len(positions)} tokens, more than {_limit(config)}")
+        return
+    real = int(positions.max()) - config.padding_idx  # the most real tokens a sequence has
     if real > config.max_length:
         where = np.unravel_index(np.argmax(positions), positions.shape)[:-1]
         raise InputError(
             f"{indexed('input_ids', where) if where else 'input_ids'} has {real} tokens that are "
             f"not padding, more than {_limit(config)}"
         )
-    return positions
 
 
 def _limit(config) -> str:
