@@ -10,6 +10,7 @@ import sys
 import time
 
 from npbert.errors import InputError
+from npbert.inputs import shown
 
 MODES = ("bar", "lines", None)
 
@@ -17,7 +18,7 @@ MODES = ("bar", "lines", None)
 def check_mode(mode) -> None:
     """InputError unless mode is one of MODES (or False, for None)."""
     if not (mode is None or mode is False or (isinstance(mode, str) and mode in MODES)):
-        raise InputError(f"progress must be 'bar', 'lines' or None, not {mode!r:.60}")
+        raise InputError(f"progress must be 'bar', 'lines' or None, not {shown(mode)}")
 
 
 class Progress:

@@ -73,8 +73,13 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if suffix == ".npy":
         return {OUTPUT: _numeric(f"candidate {path}", OUTPUT, load_npy(path, "candidate"))}
     arrays = load_npz(path, "candidate") if suffix == ".npz" else _load_other(path, suffix)
+
+    def numeric(key: str, values) -> np.ndarray:
+        array = _numeric(f"candidate {path}", key, values)
+        return _json_width(array) if suffix == ".json" else array
+
     if not isinstance(arrays, dict):  # a JSON list
-        return {OUTPUT: _json_width(_numeric(f"candidate {path}", OUTPUT, arrays))}
+        return {OUTPUT: numeric(OUTPUT, arrays)}
     if not set(OUTPUTS) & set(arrays):
         raise InputError(
             f"candidate {path}: no 'embeddings' or 'projected' array (it has {sorted(arrays)})"
@@ -86,12 +91,7 @@ def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
             f"(stages: {', '.join(STAGES)}; inputs: {', '.join(INPUTS)})"
         )
     inputs = {key: arrays[key] for key in INPUTS if key in arrays}  # as they are: compare_inputs
-    stages = {
-        key: _numeric(f"candidate {path}", key, arrays[key]) for key in STAGES if key in arrays
-    }
-    if suffix == ".json":
-        stages = {key: _json_width(values) for key, values in stages.items()}
-    return {**inputs, **stages}
+    return {**inputs, **{key: numeric(key, arrays[key]) for key in STAGES if key in arrays}}
 
 
 def _json_width(values: np.ndarray) -> np.ndarray:
@@ -695,11 +695,12 @@ def _notes(stage: StageResult, candidate: dict, reference64: dict, bare: bool, b
     if stage.shape_ok:
         values = candidate[stage.name]
         expected, _ = _align(stage.name, values, reference64[stage.name], batch)
+        stored = _narrow(values, expected)  # (float16 or bfloat16, its rounding's cost) or not
         yield not_finite(values)
-        yield narrow_format(values, expected)
-        yield scaled(stage, values, expected)
+        yield narrow_format(*stored)
+        yield scaled(stage, values, expected, stored[1])
         yield zeroed_padding(stage, values, expected, mask)
-        yield swapped_values(stage, values, expected)
+        yield swapped_values(stage, values, expected, stored[1])
         yield other_stage(stage, values, reference64, batch)
 
 
@@ -723,19 +724,21 @@ def whole_numbers(values: np.ndarray) -> str | None:
     return WHOLE_NUMBERS if whole else None
 
 
-def scaled(stage: StageResult, values: np.ndarray, expected: np.ndarray) -> str | None:
+def scaled(stage: StageResult, values: np.ndarray, expected: np.ndarray, stored: float):
     """A note where a failing stage is the reference times one factor: values / factor within
     the stage's tolerance of the reference (a scale applied or left out). The factor is the
     least-squares fit, which the largest values decide (a float32 stage's values near 0 are
-    far off in relative terms), said in the fewest digits that still fit. For 'word', sqrt(E)
-    is the scale BigBird applies in its sum, while npbert's 'word' holds the rows as stored."""
+    far off in relative terms), said in the fewest digits that still fit. stored: what
+    rounding the reference to the values' float16 or bfloat16 costs (_narrow), or 0. For
+    'word', sqrt(E) is the scale BigBird applies in its sum, while npbert's 'word' holds the
+    rows as stored."""
     wide, norm = expected.astype(np.float64), float(np.vdot(expected, expected))
     if norm == 0 or not np.isfinite(values).all():
         return None
     fitted = float(np.vdot(values.astype(np.float64), wide)) / norm
-    # values stored in float16, say: rounding factor * reference to it costs about as much
-    # as rounding the reference, within a factor of 2 (another binade)
-    atol = stage.atol + 2 * _narrow(values, wide)[1]
+    # rounding factor * reference to a narrow format costs about as much as rounding the
+    # reference, within a factor of 2 (another binade)
+    atol = stage.atol + 2 * stored
     digits = (float(f"{fitted:.{n}g}") for n in range(1, 8))
     factor = next((d for d in digits if _fits(values, d, wide, atol)), None)
     if factor in (None, 0, 1):
@@ -774,15 +777,15 @@ SWAPPED_VALUES = (
 )
 
 
-def swapped_values(stage: StageResult, values: np.ndarray, expected: np.ndarray) -> str | None:
+def swapped_values(stage: StageResult, values: np.ndarray, expected: np.ndarray, stored: float):
     """A note where a failing (B, B, E) stage is the reference with its first two axes
-    swapped: where B = L the shape cannot tell (_swapped does where they differ)."""
+    swapped: where B = L the shape cannot tell (_swapped does where they differ). stored: as
+    scaled takes it (swapping the axes moves values, not what rounding them costs)."""
     if values.ndim != 3 or values.shape[0] != values.shape[1]:
         return None
     swapped = expected.swapaxes(0, 1)  # (L, B, ...)
     error, _ = _errors(values, swapped)
-    atol = stage.atol + _narrow(values, swapped)[1]  # values in float16, say
-    return SWAPPED_VALUES if _within(error, swapped, atol, 0.0) else None
+    return SWAPPED_VALUES if _within(error, swapped, stage.atol + stored, 0.0) else None
 
 
 def zeroed_padding(stage: StageResult, values, expected, mask) -> str | None:
@@ -876,12 +879,11 @@ def _fits_other(name: str, other: str, candidate: dict, reference64: dict) -> bo
     )
 
 
-def narrow_format(values: np.ndarray, reference64: np.ndarray) -> str | None:
-    """A note where every value of a failing stage, values (..., E), not all whole numbers, is
-    a float16 or bfloat16 number: the candidate was stored or computed in it, and rounding the
-    reference (the same shape) to it alone puts it that far away (a failure that may be the
-    format, not the math); None otherwise."""
-    name, distance = _narrow(values, reference64)
+def narrow_format(name: str | None, distance: float) -> str | None:
+    """A note where every value of a failing stage, not all whole numbers, is a float16 or
+    bfloat16 number (`name`, as _narrow finds it): the candidate was stored or computed in
+    it, and rounding the reference to it alone puts it `distance` away (a failure that may be
+    the format, not the math); None otherwise."""
     if not distance:  # not of such a format, or the reference is too (a float16 checkpoint's)
         return None
     return (
