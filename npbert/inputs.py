@@ -83,7 +83,7 @@ def as_id_array(name: str, ids) -> np.ndarray:
     except TypeError as error:  # an array-like NumPy cannot read (its __array__ fails)
         raise InputError(f"{name} must be an array of integer ids: {error}") from None
     if array.dtype == object and array.ndim == 0:  # None, a dict, a set, a generator
-        raise InputError(f"{name} must be an array of integer ids, got {ids!r:.60}")
+        raise InputError(f"{name} must be an array of integer ids, got {shown(ids)}")
     if array.size == 0:
         raise InputError(f"{name} is empty (shape {array.shape}): nothing to embed")
     if array.dtype.kind == "f" and not isinstance(ids, np.ndarray):

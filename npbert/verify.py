@@ -482,14 +482,14 @@ def compare_inputs(given: dict, reference: dict) -> dict:
     """Each input the candidate gives as an array of numbers (or bools) that the reference has
     (not None), value for value: {name: input_result}. Others (a JSON null) are not checked."""
     if not isinstance(reference, dict):
-        raise InputError(f"inputs must be a dict of input names to arrays, not {reference!r:.60}")
+        raise InputError(f"inputs must be a dict of input names to arrays, not {shown(reference)}")
     results = {}
     for name in INPUTS:
         if reference.get(name) is None:  # the layer takes none
             continue
         expected, mine = input_array(reference[name]), input_array(given.get(name))
         if expected is None:
-            raise InputError(f"inputs[{name!r}] is not an array of ids: {reference[name]!r:.60}")
+            raise InputError(f"inputs[{name!r}] is not an array of ids: {shown(reference[name])}")
         if mine is not None:
             results[name] = input_result(mine, expected)
     return results
