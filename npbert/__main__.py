@@ -6,6 +6,8 @@ import signal
 import sys
 import threading
 
+STOPPED = (130, 143)  # what cli.main returns on Ctrl-C and SIGTERM: 128 + the signal
+
 
 def main() -> int:
     """npbert.cli.main, imported here so that a Ctrl-C while NumPy and the rest load (a
@@ -18,19 +20,13 @@ def main() -> int:
     except KeyboardInterrupt:  # while it loaded, or before cli.main's own handling began
         print("npbert: interrupted", file=sys.stderr)
         return 130  # 128 + SIGINT, as cli.main returns
-    return finish(code)
-
-
-def finish(code: int) -> int:
-    """The command's exit status; where it ran on Ray, the process ends here with it. Ray's
-    core worker keeps a thread running past ray.shutdown, which crashed the process as it
-    ended (SIGSEGV in Ray's TaskManager::RecordMetrics) in 3 of 10 runs stopped by Ctrl-C
-    (exit 139); a completed run was seen to crash as it ended too (a test's, exit -11, once in
-    six runs of the test suite). The run has cleaned up and said what it did; the process
-    ends after the exit handlers (CPython's
-    atexit._run_exitfuncs: Ray's stop the processes it started) but without the
-    interpreter's teardown."""
-    if "ray._raylet" in sys.modules:
+    if code in STOPPED and "ray._raylet" in sys.modules:
+        # A Ray run stopped by a signal: Ray's core worker keeps a thread running past
+        # ray.shutdown, which crashed the process as it ended (SIGSEGV in Ray's
+        # TaskManager::RecordMetrics, 3 of 10 Ctrl-Cs, exit 139). The run has cleaned up
+        # and said so; the process ends here, after the exit handlers (CPython's
+        # atexit._run_exitfuncs: Ray's stop the processes it started) but without the
+        # interpreter's teardown.
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
