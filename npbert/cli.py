@@ -1300,5 +1300,7 @@ def run_positions(args) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m npbert.cli, as the tests and the bench run it
+    from npbert.__main__ import finish
+
+    sys.exit(finish(main()))

@@ -972,29 +972,48 @@ def test_explain_elides_rows_only_where_it_hides_two_or_more(capsys):
 
 @pytest.mark.parametrize(
     "code, ray_loaded, exits",
-    [(130, True, True), (143, True, True), (0, True, False), (130, False, False)],
+    [(130, True, True), (143, True, True), (0, True, True), (1, True, True), (0, False, False)],
 )
-def test_a_ray_run_stopped_by_a_signal_ends_without_the_interpreters_teardown(
-    monkeypatch, code, ray_loaded, exits
-):
-    """Ray's core worker outlives ray.shutdown after an interrupted run, and crashed the
-    process as it ended (exit 139 after 'npbert: interrupted'): the entry point runs the exit
-    handlers and ends the process at once, with the command's code."""
-    import types
-
+def test_a_ray_run_ends_without_the_interpreters_teardown(monkeypatch, code, ray_loaded, exits):
+    """Ray's core worker outlives ray.shutdown, and crashed the process as it ended (exit 139
+    after 'npbert: interrupted'; -11 after a completed run): the entry point runs the exit
+    handlers and ends the process at once, with the command's code, whatever the outcome."""
     import npbert.__main__ as entry
     import npbert.cli
 
-    ended, ran = [], []
+    ended, ran = fake_exit(monkeypatch, ray_loaded)
     monkeypatch.setattr(npbert.cli, "main", lambda: code)
-    monkeypatch.setattr(entry.os, "_exit", ended.append)
-    monkeypatch.setattr(entry.atexit, "_run_exitfuncs", lambda: ran.append(True))
+    assert entry.main() == code
+    assert ended == ([code] if exits else []) and ran == ([True] if exits else [])
+
+
+def test_python_m_npbert_cli_ends_a_ray_run_as_the_command_does(monkeypatch, capsys):
+    """The tests and the bench run the CLI as `python -m npbert.cli`: a completed Ray run
+    crashed as it ended there (exit -11), past npbert.__main__'s ending."""
+    import runpy
+
+    ended, ran = fake_exit(monkeypatch, ray_loaded=True)
+    monkeypatch.setattr(sys, "argv", ["npbert", "inspect", str(TINY)])
+    monkeypatch.delitem(sys.modules, "npbert.cli")  # run afresh, as `python -m` runs it
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("npbert.cli", run_name="__main__")
+    assert exited.value.code == 0 and ended == [0] and ran == [True], capsys.readouterr()
+
+
+def fake_exit(monkeypatch, ray_loaded: bool) -> tuple[list, list]:
+    """os._exit and atexit._run_exitfuncs recorded, not run; Ray loaded or not: (the codes
+    os._exit was called with, a True for each run of the exit handlers)."""
+    import atexit
+    import types
+
+    ended, ran = [], []
+    monkeypatch.setattr(os, "_exit", ended.append)
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: ran.append(True))
     if ray_loaded:
         monkeypatch.setitem(sys.modules, "ray._raylet", types.ModuleType("ray._raylet"))
     else:
         monkeypatch.delitem(sys.modules, "ray._raylet", raising=False)
-    assert entry.main() == code
-    assert ended == ([code] if exits else []) and ran == ([True] if exits else [])
+    return ended, ran
 
 
 def test_an_ids_file_with_more_data_than_its_header_says_is_refused(tmp_path, capsys):
