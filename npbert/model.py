@@ -157,8 +157,9 @@ def embed(
     float32 runs the fast path (npbert.fast) on `threads` threads (default: every core the
     process may use), within 2e-6 of the readable embed_stages for outputs under about 8 (up to
     three float32 steps of the largest output beyond) where the word and position tables do not
-    cancel each other (npbert.fast says when). dtype=np.float64 computes every step in
-    float64 from the stored weights: the exact reference.
+    cancel each other and LayerNorm spans more than 4 values (npbert.fast says when).
+    dtype=np.float64 computes every step in float64 from the stored weights: the exact
+    reference.
     """
     check_weights(weights)
     check_flag("project", project)

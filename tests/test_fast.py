@@ -533,3 +533,31 @@ def test_a_projection_before_the_layer_norm_keeps_the_fast_path_accurate(tmp_pat
     readable = npbert.embed_stages(weights, ids)["embeddings"]
     np.testing.assert_allclose(fast, readable, rtol=0, atol=FAST_TOLERANCE)
     assert np.abs(fast - reference).max() <= np.abs(readable - reference).max()
+
+
+def test_at_a_width_of_two_the_fast_path_stays_the_closer_to_float64(tmp_path):
+    """A LayerNorm over 2 values, a toy's width: a token whose values nearly agree has a variance
+    near eps, and both float32 paths lose digits there, past the 2e-6 that holds between them
+    at real widths (npbert.fast); the fast one loses fewer."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    config = json.loads((TINY / "config.json").read_text())
+    rows = {"word": config["vocab_size"], "position": config["max_position_embeddings"],
+            "token_type": config["type_vocab_size"]}  # fmt: skip
+    tensors = {
+        f"bert.embeddings.{name}_embeddings.weight": rng.normal(0, 0.5, (n, 2)).astype(np.float32)
+        for name, n in rows.items()
+    }
+    tensors["bert.embeddings.LayerNorm.gamma"] = rng.normal(1, 0.3, 2).astype(np.float32)
+    tensors["bert.embeddings.LayerNorm.beta"] = rng.normal(0, 0.3, 2).astype(np.float32)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({**config, "hidden_size": 2}))
+    weights = npbert.load_weights(tmp_path)
+    ids = rng.integers(0, rows["word"], (256, 64))
+    float64 = npbert.embed(weights, ids, dtype=np.float64)
+    fast_error = np.abs(npbert.embed(weights, ids) - float64).max()
+    readable_error = np.abs(npbert.embed_stages(weights, ids)["embeddings"] - float64).max()
+    assert fast_error <= readable_error, (fast_error, readable_error)
