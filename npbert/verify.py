@@ -479,19 +479,27 @@ def _kind(value) -> str:
 
 
 def compare_inputs(given: dict, reference: dict) -> dict:
-    """Each input the candidate gives as an array of numbers (or bools) that the reference has
-    (not None), value for value: {name: input_result}. Others (a JSON null) are not checked."""
+    """Each input the candidate gives that the reference has (not None), value for value:
+    {name: input_result}. One given as None (a JSON null) is not checked; one that is not an
+    array of numbers (or bools) is refused, as a port that wrote it wrong."""
     if not isinstance(reference, dict):
         raise InputError(f"inputs must be a dict of input names to arrays, not {shown(reference)}")
     results = {}
     for name in INPUTS:
         if reference.get(name) is None:  # the layer takes none
             continue
-        expected, mine = input_array(reference[name]), input_array(given.get(name))
+        expected = input_array(reference[name])
         if expected is None:
             raise InputError(f"inputs[{name!r}] is not an array of ids: {shown(reference[name])}")
-        if mine is not None:
-            results[name] = input_result(mine, expected)
+        if given.get(name) is None:
+            continue
+        mine = input_array(given[name])
+        if mine is None:
+            raise InputError(
+                f"the candidate's {name} is not an array of numbers: {shown(given[name])} "
+                "(leave it out, or null, to have it not checked)"
+            )
+        results[name] = input_result(mine, expected)
     return results
 
 

@@ -1269,8 +1269,7 @@ def test_the_mask_is_checked_only_where_the_layer_takes_it(tmp_path, capsys):
         (np.zeros((1, 1, 1, 4)), {"ok": False, "candidate_shape": [1, 1, 1, 4],
                                   "expected_shape": [1, 4]}),
         (np.array([2, 13, 14, 3]), {"ok": True, "differ": 0, "of": 4}),  # (L,): shared rows
-        (None, None),  # absent or unreadable: not checked
-        ("ids", None),
+        (None, None),  # absent or a JSON null: not checked
     ],
 )  # fmt: skip
 def test_inputs_of_other_shapes_or_not_arrays(tiny_stages, given, result):
@@ -1282,6 +1281,21 @@ def test_inputs_of_other_shapes_or_not_arrays(tiny_stages, given, result):
     assert report["inputs"].get("input_ids") == result
     with pytest.raises(npbert.InputError, match="inputs must be a dict"):
         compare_stages(candidate, *tiny_stages, inputs=inputs["input_ids"])
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["ids", np.array(3), [[2, 13], [14]], {"a": 1}, np.array(["2", "13", "14", "3"]),
+     np.array(["2026-01-01"] * 4, "datetime64[D]"), [[2, 13, 10**23, 3]]],
+)  # fmt: skip
+def test_a_candidates_input_that_is_not_an_array_of_numbers_is_refused(tiny_stages, given):
+    """It was left unchecked without a word, and a port that wrote its ids wrong passed."""
+    from npbert.verify import compare as compare_stages
+
+    candidate = {"embeddings": tiny_stages[1]["embeddings"], "input_ids": given}
+    inputs = {"input_ids": np.array([[2, 13, 14, 3]])}
+    with pytest.raises(npbert.InputError, match="the candidate's input_ids is not an array of"):
+        compare_stages(candidate, *tiny_stages, inputs=inputs)
 
 
 def test_no_float16_note_where_the_reference_is_float16_too(tmp_path, capsys):
