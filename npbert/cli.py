@@ -530,7 +530,11 @@ def add_revision(parser: argparse.ArgumentParser) -> None:
 def add_inputs(parser: argparse.ArgumentParser) -> None:
     """TEXT arguments (with --pair, --truncate) or --ids-file, and the model."""
     parser.add_argument(
-        "texts", nargs="*", metavar="TEXT", help="texts to embed; put one starting with - after --"
+        "texts",
+        nargs="*",
+        default=[],  # else argparse calls TEXT required where an argument is missing
+        metavar="TEXT",
+        help="texts to embed; put one starting with - after --",
     )
     add_model(parser)
     parser.add_argument(

@@ -53,6 +53,8 @@ def check_header(stream: BinaryIO, size: int, where: str) -> None:
             f"{where}: an array of Python objects, stored as a pickle, which npbert never "
             "loads; save numbers (array.astype(np.int64) for ids, float32 for embeddings)"
         )
+    if any(n < 0 for n in shape):
+        raise InputError(f"{where}: its header's shape {shape} has a negative length: not an array")
     if dtype.itemsize == 0:  # 0 bytes fit in any file, but NumPy still allocates per element
         raise InputError(f"{where}: its dtype {dtype} has no bytes per element: not an array")
     needed = math.prod(shape) * dtype.itemsize

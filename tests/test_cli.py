@@ -677,7 +677,7 @@ def test_help_has_a_description_examples_defaults_and_help_for_every_option(name
     assert command.description and command.epilog.startswith("examples:\n  npbert " + name)
     for action in command._actions:
         assert action.help, f"{name} {action.option_strings or action.dest} has no help"
-        if action.default not in (None, False, argparse.SUPPRESS):
+        if action.default not in (None, False, argparse.SUPPRESS, []):  # []: no TEXT
             assert "%(default)" in action.help, f"{name} {action.dest}: default not shown"
     with pytest.raises(SystemExit):
         main([name, "--help"])
@@ -1023,6 +1023,25 @@ def test_an_ids_file_with_more_data_than_its_header_says_is_refused(tmp_path, ca
     path.write_bytes(path.read_bytes() + np.array([5], np.int64).tobytes())  # 8 bytes more
     code, _, err = run(capsys, "embed", "--ids-file", path, "--model", TINY)
     assert code == 2 and "array of 48 bytes, but 56 bytes follow the header" in err, err
+
+
+def test_an_ids_file_whose_header_has_a_negative_length_is_refused_as_such(tmp_path, capsys):
+    """It was refused as "an array of -8 bytes"."""
+    path = tmp_path / "ids.npy"
+    with path.open("wb") as file:
+        header = {"descr": "<i8", "fortran_order": False, "shape": (-1,)}
+        np.lib.format.write_array_header_1_0(file, header)
+        file.write(np.array([5], np.int64).tobytes())
+    code, _, err = run(capsys, "embed", "--ids-file", path, "--model", TINY)
+    assert code == 2 and err.endswith("header's shape (-1,) has a negative length: not an array\n")
+
+
+def test_compare_without_a_candidate_asks_for_it_alone(capsys):
+    """TEXT was said to be required too, where --ids-file may stand for it."""
+    with pytest.raises(SystemExit) as ended:
+        main(["compare", "--model", str(TINY), "--ids-file", "ids.npy"])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and "the following arguments are required: CANDIDATE (see" in err
 
 
 def test_an_argument_a_command_does_not_take_points_to_its_own_help(capsys):
