@@ -235,7 +235,8 @@ def analyse(table, *, pretraining_length: int | None = None, seed: int = RANDOM_
     """Every figure, JSON-able: the table (P, H) against the sinusoidal table of the same shape
     and a random table (seed) of the same shape and scale, each under tables.model,
     tables.sinusoidal, tables.random with the keys of table_figures; then the verdict
-    ("sinusoidal", "mixed sinusoids", "not sinusoidal" or "too few positions") and a reading.
+    ("sinusoidal", "in the sinusoids' span", "not sinusoidal" or "too few positions") and a
+    reading.
 
     pretraining_length: the sequence length most pre-training used, at most the table's rows;
     rows past it are summarised apart. None: DEFAULT_PRETRAINING_LENGTH, or every row of a
@@ -274,15 +275,15 @@ def analyse(table, *, pretraining_length: int | None = None, seed: int = RANDOM_
 
 
 def verdict(model: dict) -> str:
-    """One of "sinusoidal", "mixed sinusoids", "not sinusoidal", "too few positions" for the
-    figures of one table (table_figures)."""
+    """One of "sinusoidal", "in the sinusoids' span", "not sinusoidal", "too few positions" for
+    the figures of one table (table_figures)."""
     r2 = model["fit"]["r2_adjusted"]
     if r2 is None:
         return "too few positions"
     if r2 < SINUSOIDAL_R2:
         return "not sinusoidal"
     if model["frequency"]["at_sinusoid_frequency"] < SINUSOIDAL_FREQUENCY_SHARE:
-        return "mixed sinusoids"
+        return "in the sinusoids' span"
     return "sinusoidal"
 
 
@@ -318,8 +319,11 @@ def _fit_sentence(verdict: str, fit: dict, random_fit: dict, rank: int) -> str:
     )
     return {
         "sinusoidal": f"Sinusoidal, dimension by dimension: {numbers}.",
-        "mixed sinusoids": f"A mix of sinusoids: {numbers}; but its dimensions mix their "
-        "frequencies (a linear map of the sinusoidal table).",
+        "in the sinusoids' span": f"In the sinusoids' span: {numbers}; but its dimensions do "
+        "not each vary fastest at their sinusoid's frequency, as the sinusoidal table's do. A "
+        "linear map of the sinusoidal table, as is "
+        "every table smooth enough (the span holds every slow curve over these positions): "
+        "this does not say that it was made of sinusoids.",
         "not sinusoidal": f"Not the sinusoidal table, nor a linear map of it: {numbers}.",
     }[verdict]
 
