@@ -3,8 +3,8 @@
 It prints the family's formula, the tokens with their ids, token types and positions, then
 every stage that npbert.embed_stages computes, in order, with what it is; and checks the
 result against npbert.embed, the fast path users call. The stages are the specification's;
-this module formats them and measures two distances: the fast path's from them, and a stored
-DistilBERT table's from the sinusoids.
+this module formats them and measures two distances: the fast path's from them, and the stored
+position table's from the sinusoids.
 """
 
 import numpy as np
@@ -44,30 +44,35 @@ def _rows(title: str, labels: list[str], matrix: np.ndarray | None, limit: int =
 SINUSOID_MATCH = 1e-6
 
 
-def _sinusoids_text(table: np.ndarray) -> str:
-    """What the stored position table (P, E) is, for a config that calls it fixed sinusoids:
-    transformers uses the table as stored, whatever it holds."""
+def _table_text(table: np.ndarray, sinusoidal: bool) -> str:
+    """What the stored position table (P, E) holds, beside what the config calls it:
+    transformers adds the table as stored, whatever it holds."""
     gap = float(np.abs(table - sinusoidal_table(*table.shape)).max())
-    if gap <= SINUSOID_MATCH:
+    if sinusoidal and gap <= SINUSOID_MATCH:
         return (
             "Fixed sinusoids, as in the original Transformer, stored as a table "
             f"(sinusoidal_pos_embds; the stored table is the sinusoids to {gap:.1e})."
         )
+    if sinusoidal:
+        return (
+            "sinusoidal_pos_embds calls them fixed sinusoids, but the stored table differs from "
+            f"the sinusoids by up to {gap:.3g}; the layer adds it as stored, as transformers does."
+        )
+    if gap <= SINUSOID_MATCH:
+        return (
+            "A learned parameter like the token table, but this checkpoint's table holds the "
+            f"fixed sinusoids of the original Transformer (to {gap:.1e})."
+        )
     return (
-        "sinusoidal_pos_embds calls them fixed sinusoids, but the stored table differs from "
-        f"the sinusoids by up to {gap:.3g}; the layer adds it as stored, as transformers does."
+        "Learned in pre-training like the token table, not the fixed sinusoids of the original "
+        "Transformer."
     )
 
 
 def _positions_text(weights: EmbeddingWeights, position_ids: np.ndarray) -> str:
     config = weights.config
     shape = weights.position_embeddings.shape
-    learned = (
-        _sinusoids_text(weights.position_embeddings)
-        if config.sinusoidal
-        else "Learned in pre-training like the token table, not the fixed sinusoids of the "
-        "original Transformer."
-    )
+    learned = _table_text(weights.position_embeddings, config.sinusoidal)
     if config.positions == "padded":
         return (
             f"Position embeddings: {_row_range(position_ids)} of "

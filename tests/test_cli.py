@@ -96,6 +96,18 @@ def test_explain_says_whether_positions_are_learned(capsys, model, positions):
     assert re.search(r"^3\. Position embeddings: .*" + positions, stdout, re.MULTILINE)
 
 
+def test_explain_says_a_learned_table_that_holds_the_sinusoids(capsys, tmp_path):
+    """It said "not the fixed sinusoids" from the family alone, where `positions` said
+    sinusoidal of the same table."""
+    from npbert.positions import sinusoidal_table
+
+    shape = npbert.load_weights(TINY).position_embeddings.shape
+    model = tiny_words(tmp_path, sinusoidal_table(*shape), tensor="position_embeddings.weight")
+    code, stdout, _ = run(capsys, "explain", "a b", "--model", str(model))
+    assert code == 0 and "not the fixed sinusoids" not in stdout
+    assert "this checkpoint's table holds the fixed sinusoids of the original" in stdout
+
+
 def test_explain_says_a_sinusoidal_config_whose_table_is_not_sinusoids(capsys, tmp_path):
     """The flag alone named the table fixed sinusoids "not trained"; transformers uses the
     stored table, whatever it holds."""
