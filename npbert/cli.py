@@ -1068,10 +1068,12 @@ def describe(config) -> str:
     positions = "no position table"
     if config.max_position_embeddings is not None:
         positions = f"{config.max_position_embeddings} positions ({config.positions})"
+    types = "no token-type table"
+    if config.type_vocab_size:
+        types = f"{config.type_vocab_size} token type{'s' * (config.type_vocab_size != 1)}"
     return (
         f"{config.model_type}: {config.formula}; vocab {config.vocab_size}, width "
-        f"{config.embedding_size}, hidden {config.hidden_size}, {positions}, "
-        f"{config.type_vocab_size} token type{'s' * (config.type_vocab_size != 1)}, "
+        f"{config.embedding_size}, hidden {config.hidden_size}, {positions}, {types}, "
         f"eps {config.layer_norm_eps:g}"
     )
 
@@ -1172,9 +1174,14 @@ def run_inspect(args) -> int:
     say(f"embedding tensors: {sum(t.nbytes for t in tensors.values()):,} bytes")
     for key in ("layer_norm_eps", "pad_token_id", "positions", "padding_idx", "max_length"):
         say(f"{key}: {getattr(config, key)}")
-    for key in ("vocab_size", "embedding_size", "hidden_size", "max_position_embeddings"):
+    for key in ("vocab_size", "embedding_size", "hidden_size"):
         say(f"{key}: {getattr(config, key)}")
-    say(f"type_vocab_size: {config.type_vocab_size}")
+    # The layer's tables' rows: config.json's own keys may say otherwise for a family without
+    # the table (ModernBERT's max_position_embeddings sizes its rotary positions).
+    rows = config.max_position_embeddings
+    say(f"max_position_embeddings: {'none (no position table)' if rows is None else rows}")
+    types = config.type_vocab_size
+    say(f"type_vocab_size: {types or '0 (no token-type table)'}")
     if config.projection:
         say(f"projection: {config.projection}")
     return 0

@@ -96,6 +96,16 @@ def test_explain_says_whether_positions_are_learned(capsys, model, positions):
     assert re.search(r"^3\. Position embeddings: .*" + positions, stdout, re.MULTILINE)
 
 
+def test_inspect_says_where_the_layer_has_no_position_or_token_type_table(capsys):
+    """It printed max_position_embeddings: None and "0 token types" where config.json has 64
+    and 3 (ModernBERT's rotary positions, Funnel's token types used in attention)."""
+    for model in ("tiny-modernbert", "tiny-funnel"):
+        code, out, _ = run(capsys, "inspect", str(DATA / model))
+        assert code == 0 and "max_position_embeddings: none (no position table)\n" in out
+        assert "type_vocab_size: 0 (no token-type table)\n" in out
+        assert "no position table, no token-type table, eps" in out
+
+
 def test_explain_says_a_learned_table_that_holds_the_sinusoids(capsys, tmp_path):
     """It said "not the fixed sinusoids" from the family alone, where `positions` said
     sinusoidal of the same table."""
