@@ -1305,7 +1305,14 @@ def run_positions(args) -> int:
     if args.plot is not None:  # drawn first: a file it cannot write leaves no report behind
         title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model
         plot_positions(table, figures, args.plot, title=title)
-    say(to_json(figures) if args.json else f"model: {model}\n{format_report(figures)}")
+    header = f"model: {model}\n"
+    if first:  # as figures["first_row"] says in JSON
+        header += (
+            f"rows {first}..{first + len(table) - 1} of its position table: "
+            f"{config.model_type} numbers real tokens from padding_idx + 1 (position 0 below is "
+            f"row {first})\n"
+        )
+    say(to_json(figures) if args.json else header + format_report(figures))
     if args.plot is not None:
         print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -106,6 +106,16 @@ def test_inspect_says_where_the_layer_has_no_position_or_token_type_table(capsys
         assert "no position table, no token-type table, eps" in out
 
 
+def test_positions_says_which_rows_of_a_roberta_table_it_measured(capsys):
+    """Only --json's first_row said that the rows below padding_idx + 1 were left out."""
+    code, out, _ = run(capsys, "positions", "--model", str(DATA / "tiny-roberta"))
+    rows = npbert.load_weights(DATA / "tiny-roberta").position_embeddings.shape[0]
+    assert code == 0 and f"\nrows 2..{rows - 1} of its position table: roberta numbers" in out
+    assert "position table: 64 positions" in out
+    code, out, _ = run(capsys, "positions", "--model", str(TINY))
+    assert code == 0 and "of its position table" not in out
+
+
 def test_explain_says_a_learned_table_that_holds_the_sinusoids(capsys, tmp_path):
     """It said "not the fixed sinusoids" from the family alone, where `positions` said
     sinusoidal of the same table."""
