@@ -22,7 +22,13 @@ SHOWN = 3  # values shown at each end of a row, as torch prints tensors
 def format_row(row: np.ndarray) -> str:
     """[ 0.0136 -0.0265 -0.0235 ...  0.0087  0.0071  0.0151]"""
     values = (*row[:SHOWN], None, *row[-SHOWN:]) if row.size > 2 * SHOWN else tuple(row)
-    return "[" + " ".join("   ..." if v is None else f"{v:7.4f}" for v in values) + "]"
+    return "[" + " ".join("   ..." if v is None else _number(v) for v in values) + "]"
+
+
+def _number(value) -> str:
+    """Four decimals, as the walk-throughs print; past 1e4 (a broken table's), in e-notation,
+    where a float32 of 3e38 took 45 digits."""
+    return f"{value:7.4f}" if not abs(value) >= 1e4 else f"{value:.3e}"
 
 
 def _rows(title: str, labels: list[str], matrix: np.ndarray | None, limit: int = 12) -> list[str]:

@@ -1152,6 +1152,14 @@ def test_the_quote_hint_is_for_words_not_options(capsys):
     assert "unrecognized arguments: --nonesuch x (see npbert explain --help)" in err, err
 
 
+def test_explain_prints_huge_values_in_e_notation():
+    """A float32 of 3e38 (a broken table's) took 45 digits of fixed point."""
+    from npbert.explain import format_row
+
+    row = format_row(np.array([3e38, -2e4, 1.5, np.nan, 9999.5], np.float32))
+    assert row == "[3.000e+38 -2.000e+04  1.5000     nan 9999.5000]"
+
+
 def test_explain_walks_through_ids_from_files(tmp_path, capsys):
     """RoFormer's tokenizer cannot run here, so explain, which took only a TEXT, could not
     walk through a RoFormer at all; a port's own ids could not be walked through either."""
