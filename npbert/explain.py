@@ -31,17 +31,27 @@ def _number(value) -> str:
     return f"{value:7.4f}" if not abs(value) >= 1e4 else f"{value:.3e}"
 
 
-def _rows(title: str, labels: list[str], matrix: np.ndarray | None, limit: int = 12) -> list[str]:
-    """A title, then one labelled row per token (the middle elided past `limit` tokens, where
-    that hides two or more), or the title alone for a step with no array of its own."""
+SHOWN_TOKENS = 12  # rows of a long text shown, half from each end
+
+
+def _kept(count: int) -> list:
+    """The tokens shown of `count`: all, or the first and last SHOWN_TOKENS / 2 with None for
+    the middle, where that hides two or more (a "..." in place of one row hides it for
+    nothing)."""
+    if count <= SHOWN_TOKENS + 1:
+        return list(range(count))
+    half = SHOWN_TOKENS // 2
+    return [*range(half), None, *range(count - half, count)]
+
+
+def _rows(title: str, labels: list[str], matrix: np.ndarray | None) -> list[str]:
+    """A title, then one labelled row per token shown (_kept), or the title alone for a step
+    with no array of its own."""
     if matrix is None:
         return [title]
     width = max(len(label) for label in labels)
-    keep = range(len(labels))
-    if len(labels) > limit + 1:  # one "..." line in place of one row would hide it for nothing
-        keep = [*range(limit // 2), None, *range(len(labels) - limit // 2, len(labels))]
     lines = [title]
-    for i in keep:
+    for i in _kept(len(labels)):
         lines.append("   ..." if i is None else f"   {labels[i]:<{width}}  {format_row(matrix[i])}")
     return lines
 
@@ -172,6 +182,9 @@ def explain(
     check_one_text(tokens, used.input_ids)
     stages = embed_stages(*args, **kwargs)
     input_ids, types, positions = used.input_ids, used.token_type_ids, used.position_ids
+    mask = used.attention_mask if config.family.masks_padding else None  # DeBERTa's zeroes rows
+    inputs = {"input_id": input_ids, "token_type_id": types, "position_id": positions}
+    inputs["attention_mask"] = mask
     final = stages.get("projected", stages["embeddings"])
     diff, bad, bound = _distance(final, embed(*args, **kwargs))
 
@@ -183,7 +196,7 @@ def explain(
         f"   {config.formula}",
         "",
         "1. Tokens and their ids" if tokens else "1. The ids (given without their tokens)",
-        *_id_table(tokens, input_ids, types, positions),
+        *_id_table(tokens, inputs),
     ]
     steps = []  # (title, rows or None): the stages, and dropout where the module applies it
     for name, matrix in stages.items():
@@ -217,18 +230,20 @@ def _distance(final: np.ndarray, embedded: np.ndarray) -> tuple[float, np.ndarra
     return diff, bad, default_atol(np.where(bad, 0, final))
 
 
-def _id_table(tokens: list[str] | None, input_ids, types, positions) -> list[str]:
-    """The tokens (where given) with their ids, and their token types and positions where the
-    family has them, one line a token under a header."""
-    columns = ["input_id", *(["token_type_id"] if types is not None else [])]
-    columns += ["position_id"] if positions is not None else []
+def _id_table(tokens: list[str] | None, columns: dict) -> list[str]:
+    """The tokens (where given) with their ids and the other inputs the layer takes (columns:
+    {name: (L,) ints}, None where it takes none), one line a token shown (_kept) under a
+    header."""
+    columns = {name: values for name, values in columns.items() if values is not None}
+    width = {name: max(13, len(name)) for name in columns}
     token = f"{'token':<14} " if tokens else ""
-    table = [f"   {'i':>3} {token}" + "  ".join(f"{c:>13}" for c in columns)]
-    values = [input_ids, *([types] if types is not None else [])]
-    values += [positions] if positions is not None else []
-    for i in range(len(input_ids)):
-        token = f"{tokens[i]:<14} " if tokens else ""
-        table.append(f"   {i:>3} {token}" + "  ".join(f"{int(v[i]):>13}" for v in values))
+    table = [f"   {'i':>3} {token}" + "  ".join(f"{n:>{width[n]}}" for n in columns)]
+    for i in _kept(len(columns["input_id"])):
+        if i is None:
+            table.append("   ...")
+            continue
+        cells = (f"{int(v[i]):>{width[n]}}" for n, v in columns.items())
+        table.append(f"   {i:>3} " + (f"{tokens[i]:<14} " if tokens else "") + "  ".join(cells))
     return table
 
 

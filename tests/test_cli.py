@@ -1160,6 +1160,23 @@ def test_explain_prints_huge_values_in_e_notation():
     assert row == "[3.000e+38 -2.000e+04  1.5000     nan 9999.5000]"
 
 
+def test_explain_shows_the_mask_that_zeroes_rows_and_elides_long_id_tables(tmp_path, capsys):
+    """DeBERTa's output rows of padding came out zero with no mask in sight, and a text of 512
+    tokens printed 512 lines of ids where every stage shows 12 rows."""
+    np.save(tmp_path / "ids.npy", np.array([2, 40, 41, 3, 0]))
+    np.save(tmp_path / "mask.npy", np.array([1, 1, 1, 1, 0]))
+    argv = ["explain", "--ids-file", tmp_path / "ids.npy", "--attention-mask-file"]
+    code, out, _ = run(capsys, *argv, tmp_path / "mask.npy", "--model", DATA / "tiny-deberta")
+    assert code == 0 and "attention_mask\n" in out and re.search(r"\n +4 +0 .* 0\n", out)
+    code, out, _ = run(capsys, *argv, tmp_path / "mask.npy", "--model", TINY)
+    assert code == 0 and "attention_mask" not in out  # BERT's layer takes no mask
+    np.save(tmp_path / "long.npy", np.arange(5, 65))
+    code, out, _ = run(capsys, "explain", "--ids-file", tmp_path / "long.npy", "--model", TINY)
+    ids = out.split("\n2. ")[0].splitlines()[6:]  # the table's rows, past its header
+    assert code == 0 and len(ids) == 13 and ids[6] == "   ..."
+    assert ids[-1].split()[:2] == ["59", "64"]
+
+
 def test_explain_walks_through_ids_from_files(tmp_path, capsys):
     """RoFormer's tokenizer cannot run here, so explain, which took only a TEXT, could not
     walk through a RoFormer at all; a port's own ids could not be walked through either."""
