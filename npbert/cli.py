@@ -1163,13 +1163,14 @@ def run_inspect(args) -> int:
     directory, source = resolve(model, revision=args.revision, full=args.full)
     config, tensors = locate_checkpoint(directory)
     width = max(len(t.name) for t in tensors.values())
+    files = max(18, *(len(t.file.name) for t in tensors.values()))  # a shard's name is longer
     say(f"model: {source.get('model')}" + (f" @ {source['commit']}" if "commit" in source else ""))
     say(describe(config))
-    say(f"{'tensor':<{width}}  {'shape':<14} {'dtype':<5} {'bytes':>12}  {'file':<18} values")
+    say(f"{'tensor':<{width}}  {'shape':<14} {'dtype':<5} {'bytes':>12}  {'file':<{files}} values")
     for stored in tensors.values():
         say(
             f"{stored.name:<{width}}  {stored.shape!s:<14} {stored.dtype:<5} "
-            f"{stored.nbytes:>12,}  {stored.file.name:<18} {scan_values(stored)}"
+            f"{stored.nbytes:>12,}  {stored.file.name:<{files}} {scan_values(stored)}"
         )
     say(f"embedding tensors: {sum(t.nbytes for t in tensors.values()):,} bytes")
     for key in ("layer_norm_eps", "pad_token_id", "positions", "padding_idx", "max_length"):
@@ -1182,6 +1183,8 @@ def run_inspect(args) -> int:
     say(f"max_position_embeddings: {'none (no position table)' if rows is None else rows}")
     types = config.type_vocab_size
     say(f"type_vocab_size: {types or '0 (no token-type table)'}")
+    if config.sinusoidal:
+        say("sinusoidal_pos_embds: True (explain says whether the stored table holds them)")
     if config.projection:
         say(f"projection: {config.projection}")
     return 0

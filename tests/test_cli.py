@@ -116,6 +116,31 @@ def test_positions_says_which_rows_of_a_roberta_table_it_measured(capsys):
     assert code == 0 and "of its position table" not in out
 
 
+def test_inspect_keeps_its_columns_for_shards_and_names_sinusoidal_positions(tmp_path, capsys):
+    """A shard's name pushed the values column out of line; DistilBERT's sinusoidal_pos_embds,
+    which explain reads, went unsaid."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(TINY, tmp_path / "m")
+    (tmp_path / "m" / "model.safetensors").unlink()
+    shard = "model-00001-of-00001.safetensors"
+    tensors = load_file(str(TINY / "model.safetensors"))
+    save_file(tensors, str(tmp_path / "m" / shard))
+    index = {"weight_map": dict.fromkeys(tensors, shard)}
+    (tmp_path / "m" / "model.safetensors.index.json").write_text(json.dumps(index))
+    code, out, _ = run(capsys, "inspect", str(tmp_path / "m"))
+    table = [line for line in out.splitlines() if " values" in line or shard in line]
+    assert code == 0 and len(table) > 2
+    assert len({line.index(" values") if " values" in line else line.index(" finite")
+                for line in table}) == 1  # fmt: skip
+    code, out, _ = run(capsys, "inspect", str(DATA / "tiny-distilbert-sinusoidal"))
+    assert code == 0 and "\nsinusoidal_pos_embds: True" in out
+    code, out, _ = run(capsys, "inspect", str(DATA / "tiny-distilbert"))
+    assert code == 0 and "sinusoidal_pos_embds" not in out
+
+
 def test_explain_says_a_learned_table_that_holds_the_sinusoids(capsys, tmp_path):
     """It said "not the fixed sinusoids" from the family alone, where `positions` said
     sinusoidal of the same table."""
