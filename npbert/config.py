@@ -127,6 +127,8 @@ def _check_positions(config: EmbeddingConfig, where: str) -> None:
 def read_config(directory: Path) -> dict:
     """config.json as a dict, or InputError."""
     path = Path(directory) / CONFIG_FILE
+    if path.exists() and not path.is_file():  # a directory, or a FIFO that would be waited on
+        raise InputError(f"{path} is not a regular file: npbert needs it to know the model")
     if not path.is_file():
         raise InputError(f"{directory} has no {CONFIG_FILE}: npbert needs it to know the model")
     return read_json_object(path)
