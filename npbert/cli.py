@@ -35,10 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         dashes = extra.index("--") if "--" in extra else len(extra)
+        if any(e.split("=")[0] == "--token" for e in extra[:dashes]):  # not fetch: its value
+            args.parser.error(TOKEN_ELSEWHERE)  # is a secret, not to be echoed to a log
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra[:dashes]):
             # said by the command's parser, whose --help lists what it takes
             words = hasattr(args, "text") and not any(e.startswith("-") for e in extra)
-            hint = "; quote a TEXT of several words" if words else dashed_hint(args, extra)
+            hint = prefix_hint(args, extra) or dashed_hint(args, extra)
+            hint = "; quote a TEXT of several words" if words else hint
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
         args.texts = [*args.texts, *extra[:dashes], *extra[dashes + 1 :]]
     if sys.stdout is None:  # started with it closed (>&-): what the command says would be lost
@@ -258,12 +261,31 @@ def dashed_hint(args, extra: list[str]) -> str:
     return f"; a TEXT that starts with - goes after -- (`-- {shlex.quote(dashed[0])}`)"
 
 
+def prefix_hint(args, extra: list[str]) -> str:
+    """For an option given by the start of its name, which argparse does not take (Parser):
+    the options it may stand for."""
+    options = args.parser._option_string_actions  # argparse's own table of option strings
+    for given in extra:
+        name = given.split("=")[0]
+        matches = sorted(o for o in options if name.startswith("--") and o.startswith(name))
+        if matches:
+            return f"; did you mean {' or '.join(matches)}? (give an option's whole name)"
+    return ""
+
+
+TOKEN_ELSEWHERE = (
+    "--token is an option of npbert fetch alone (the value given is not shown): fetch the "
+    "model with it first, and this command reads the cache; or set HF_TOKEN"
+)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line, like every other npbert error, and an option
-    of one value refused when given twice."""
+    """argparse with usage errors on one line, like every other npbert error, an option of one
+    value refused when given twice, and no option taken from a prefix of its name: `--token`
+    was read as --token-type-ids-file, its value, a secret, printed as a missing file."""
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
         self.register("action", None, Once)
         self.register("action", "store", Once)
 

@@ -1087,7 +1087,8 @@ def cache_write_error(path, reason: str, code: int | None = None) -> InputError:
     )
 
 
-PASS_A_TOKEN = "HF_TOKEN=..., `hf auth login`, --token or token="
+# --token is npbert fetch's alone: the other commands read what it cached.
+PASS_A_TOKEN = "HF_TOKEN=..., `hf auth login`, token= or `npbert fetch --token`"
 # The Hub's X-Error-Message for a token it does not know (mistyped, revoked, expired).
 TOKEN_REFUSED = "Invalid credentials in Authorization header"
 

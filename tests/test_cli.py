@@ -152,6 +152,25 @@ def test_a_config_json_that_is_not_a_file_is_named_as_such(tmp_path, capsys):
     assert code == 2 and "config.json is not a regular file: npbert needs it" in err
 
 
+@pytest.mark.parametrize("token", [["--token", "hf_SECRET"], ["--token=hf_SECRET"]])
+def test_a_token_given_to_a_command_other_than_fetch_is_neither_misread_nor_shown(capsys, token):
+    """argparse took --token for --token-type-ids-file, and printed the token, a secret, as a
+    missing file: the advice for a gated repo said to pass --token."""
+    with pytest.raises(SystemExit) as ended:
+        main(["embed", "hi", "--model", str(TINY), *token])
+    out, err = capsys.readouterr()
+    assert ended.value.code == 2 and not out and "hf_SECRET" not in err
+    assert "--token is an option of npbert fetch alone" in err and err.count("\n") == 1
+
+
+def test_an_option_given_by_the_start_of_its_name_is_named_not_guessed(capsys):
+    with pytest.raises(SystemExit) as ended:
+        main(["embed", "hi", "--model", str(TINY), "--rev", "main"])
+    out, err = capsys.readouterr()
+    assert ended.value.code == 2 and not out
+    assert "unrecognized arguments: --rev main; did you mean --revision?" in err
+
+
 def test_explain_says_a_learned_table_that_holds_the_sinusoids(capsys, tmp_path):
     """It said "not the fixed sinusoids" from the family alone, where `positions` said
     sinusoidal of the same table."""
