@@ -1,10 +1,11 @@
 """`npbert explain`: a well-known walk-through of BERT's embedding layer as a command.
 
-It prints the family's formula, the tokens with their ids, token types and positions, then
-every stage that npbert.embed_stages computes, in order, with what it is; and checks the
-result against npbert.embed, the fast path users call. The stages are the specification's;
-this module formats them and measures two distances: the fast path's from them, and the stored
-position table's from the sinusoids.
+It prints the family's formula, the tokens with their ids, token types and positions (and
+the mask, where the layer uses it), then every stage that npbert.embed_stages computes, in
+order, with what it is, a long text's middle rows elided but where sentence B or padding
+begins; and checks the result against npbert.embed, the fast path users call. The stages are
+the specification's; this module formats them and measures two distances: the fast path's
+from them, and the stored position table's from the sinusoids.
 """
 
 import numpy as np
@@ -31,27 +32,45 @@ def _number(value) -> str:
     return f"{value:7.4f}" if not abs(value) >= 1e4 else f"{value:.3e}"
 
 
-SHOWN_TOKENS = 12  # rows of a long text shown, half from each end
+SHOWN_TOKENS = 12  # rows of a long text shown, half from each end, and where inputs change
 
 
-def _kept(count: int) -> list:
-    """The tokens shown of `count`: all, or the first and last SHOWN_TOKENS / 2 with None for
-    the middle, where that hides two or more (a "..." in place of one row hides it for
-    nothing)."""
+def _kept(count: int, marked: set) -> list:
+    """The tokens shown of `count`: every one of a short text; of a longer one, the first and
+    last SHOWN_TOKENS / 2 and the `marked` ones, with None in place of two or more hidden
+    between them (a "..." in place of one row would hide it for nothing)."""
     if count <= SHOWN_TOKENS + 1:
         return list(range(count))
     half = SHOWN_TOKENS // 2
-    return [*range(half), None, *range(count - half, count)]
+    rows, last = [], -1
+    for i in sorted({*range(half), *marked, *range(count - half, count)}):
+        if i - last > 2:
+            rows.append(None)
+        elif i - last == 2:
+            rows.append(i - 1)
+        rows.append(i)
+        last = i
+    return rows
 
 
-def _rows(title: str, labels: list[str], matrix: np.ndarray | None) -> list[str]:
+def _changes(*columns) -> set:
+    """The rows on either side of each place where one of the (L,) columns (or None) changes
+    value: where sentence B begins (token types) or padding does (a mask)."""
+    rows = set()
+    for values in filter(lambda v: v is not None, columns):
+        for i in np.flatnonzero(np.diff(values)):
+            rows |= {int(i), int(i) + 1}
+    return rows
+
+
+def _rows(title: str, labels: list[str], matrix: np.ndarray | None, shown: list) -> list[str]:
     """A title, then one labelled row per token shown (_kept), or the title alone for a step
     with no array of its own."""
     if matrix is None:
         return [title]
     width = max(len(label) for label in labels)
     lines = [title]
-    for i in _kept(len(labels)):
+    for i in shown:
         lines.append("   ..." if i is None else f"   {labels[i]:<{width}}  {format_row(matrix[i])}")
     return lines
 
@@ -185,6 +204,7 @@ def explain(
     mask = used.attention_mask if config.family.masks_padding else None  # DeBERTa's zeroes rows
     inputs = {"input_id": input_ids, "token_type_id": types, "position_id": positions}
     inputs["attention_mask"] = mask
+    shown = _kept(len(input_ids), _changes(types, used.attention_mask))
     final = stages.get("projected", stages["embeddings"])
     diff, bad, bound = _distance(final, embed(*args, **kwargs))
 
@@ -196,7 +216,7 @@ def explain(
         f"   {config.formula}",
         "",
         "1. Tokens and their ids" if tokens else "1. The ids (given without their tokens)",
-        *_id_table(tokens, inputs),
+        *_id_table(tokens, inputs, shown),
     ]
     steps = []  # (title, rows or None): the stages, and dropout where the module applies it
     for name, matrix in stages.items():
@@ -204,7 +224,7 @@ def explain(
         if name == config.family.dropout_after:
             steps.append((DROPOUT if name == "embeddings" else DROPOUT_INSIDE, None))
     for step, (title, matrix) in enumerate(steps, start=2):
-        lines += ["", *_rows(f"{step}. {title}", labels, matrix)]
+        lines += ["", *_rows(f"{step}. {title}", labels, matrix, shown)]
     lines += [
         "",
         f"Check: npbert.embed(), the fast path, against these steps: max |diff| = {diff:.3g} "
@@ -230,7 +250,7 @@ def _distance(final: np.ndarray, embedded: np.ndarray) -> tuple[float, np.ndarra
     return diff, bad, default_atol(np.where(bad, 0, final))
 
 
-def _id_table(tokens: list[str] | None, columns: dict) -> list[str]:
+def _id_table(tokens: list[str] | None, columns: dict, shown: list) -> list[str]:
     """The tokens (where given) with their ids and the other inputs the layer takes (columns:
     {name: (L,) ints}, None where it takes none), one line a token shown (_kept) under a
     header."""
@@ -238,7 +258,7 @@ def _id_table(tokens: list[str] | None, columns: dict) -> list[str]:
     width = {name: max(13, len(name)) for name in columns}
     token = f"{'token':<14} " if tokens else ""
     table = [f"   {'i':>3} {token}" + "  ".join(f"{n:>{width[n]}}" for n in columns)]
-    for i in _kept(len(columns["input_id"])):
+    for i in shown:
         if i is None:
             table.append("   ...")
             continue

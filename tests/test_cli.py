@@ -1232,6 +1232,15 @@ def test_explain_shows_the_mask_that_zeroes_rows_and_elides_long_id_tables(tmp_p
     assert ids[-1].split()[:2] == ["59", "64"]
 
 
+def test_explain_keeps_where_sentence_b_begins_in_a_long_pair(capsys):
+    """The elision hid the [SEP] and the first token of sentence B: where the pair's token
+    types change, which is what a pair's id table is for."""
+    code, out, _ = run(capsys, "explain", "hello world", "--pair", "how are you", "--model", TINY)
+    table = out.split("\n2. ")[0]
+    assert code == 0 and "   ...\n" in table  # 20 tokens: elided
+    assert re.search(r"\n +11 \[SEP\] +3 +0 +11\n +12 h +44 +1 +12\n", table), table
+
+
 def test_explain_walks_through_ids_from_files(tmp_path, capsys):
     """RoFormer's tokenizer cannot run here, so explain, which took only a TEXT, could not
     walk through a RoFormer at all; a port's own ids could not be walked through either."""
