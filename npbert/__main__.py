@@ -33,8 +33,9 @@ def finish(code: int) -> int:
     """
     if "ray._raylet" in sys.modules:
         atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: started with it closed (2>&-)
+                stream.flush()
         os._exit(code)
     return code
 

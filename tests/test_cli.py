@@ -1059,8 +1059,9 @@ def test_explain_elides_rows_only_where_it_hides_two_or_more(capsys):
 
 @pytest.mark.parametrize(
     "code, ray_loaded, exits",
-    [(130, True, True), (143, True, True), (0, True, True), (1, True, True), (0, False, False)],
-)
+    [(130, True, True), (143, True, True), (0, True, True), (1, True, True), (0, False, False),
+     (130, False, False)],
+)  # fmt: skip
 def test_a_ray_run_ends_without_the_interpreters_teardown(monkeypatch, code, ray_loaded, exits):
     """Ray's core worker outlives ray.shutdown, and crashed the process as it ended (exit 139
     after 'npbert: interrupted'; -11 after a completed run): the entry point runs the exit
@@ -1072,6 +1073,15 @@ def test_a_ray_run_ends_without_the_interpreters_teardown(monkeypatch, code, ray
     monkeypatch.setattr(npbert.cli, "main", lambda: code)
     assert entry.main() == code
     assert ended == ([code] if exits else []) and ran == ([True] if exits else [])
+
+
+def test_a_ray_run_started_with_standard_error_closed_ends_with_its_code(monkeypatch):
+    """2>&-: flushing a stream that is None raised, and a completed run exited 1."""
+    import npbert.__main__ as entry
+
+    ended, ran = fake_exit(monkeypatch, ray_loaded=True)
+    monkeypatch.setattr(sys, "stderr", None)
+    assert entry.finish(0) == 0 and ended == [0] and ran == [True]
 
 
 def test_python_m_npbert_cli_ends_a_ray_run_as_the_command_does(monkeypatch, capsys):
