@@ -496,8 +496,8 @@ def compare_inputs(given: dict, reference: dict) -> dict:
         mine = input_array(given[name])
         if mine is None:
             raise InputError(
-                f"the candidate's {name} is not an array of numbers: {shown(given[name])} "
-                "(leave it out, or null, to have it not checked)"
+                f"the candidate's {name} is not an array of numbers NumPy can hold: "
+                f"{shown(given[name])} (leave it out to have it not checked)"
             )
         results[name] = input_result(mine, expected)
     return results

@@ -141,13 +141,14 @@ def test_inspect_keeps_its_columns_for_shards_and_names_sinusoidal_positions(tmp
     assert code == 0 and "sinusoidal_pos_embds" not in out
 
 
-def test_a_config_json_that_is_not_a_file_is_named_as_such(tmp_path, capsys):
+@pytest.mark.parametrize("make", [os.mkfifo, os.mkdir])
+def test_a_config_json_that_is_not_a_file_is_named_as_such(tmp_path, capsys, make):
     """A directory or FIFO named config.json was reported as missing."""
     import shutil
 
     shutil.copytree(TINY, tmp_path / "m")
     (tmp_path / "m" / "config.json").unlink()
-    os.mkfifo(tmp_path / "m" / "config.json")
+    make(tmp_path / "m" / "config.json")
     code, _, err = run(capsys, "inspect", str(tmp_path / "m"))
     assert code == 2 and "config.json is not a regular file: npbert needs it" in err
 
