@@ -109,6 +109,8 @@ class Access:
         if self.cache_dir is not None:  # ~ expanded once, for every call: hf_hub_download
             # expands it, try_to_load_from_cache does not, and a cached model was not found
             object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
+            if self.cache_dir.exists() and not self.cache_dir.is_dir():
+                raise InputError(f"cache_dir {self.cache_dir} is not a directory")
         if not (self.token is None or isinstance(self.token, str | bool)):
             raise InputError(
                 f"token must be a string, True for the saved one or False for none, not "
@@ -967,6 +969,11 @@ def hub_errors(repo_id: str, revision: str | None, access: Access):
         yield
     except hf.HFValidationError as error:
         raise InputError(f"{repo_id!r} is not a valid Hub repo id: {first_line(error)}") from None
+    except hf.LocalTokenNotFoundError:  # an OSError: before the disk's
+        raise InputError(
+            "token=True asks for the saved token, and none is saved: `hf auth login` saves "
+            "one, or pass it as token=... or HF_TOKEN"
+        ) from None
     except hf.GatedRepoError as error:
         if token_sent(error):
             raise InputError(

@@ -987,6 +987,7 @@ def test_ci_tests_the_oldest_huggingface_hub_that_pyproject_allows():
         ({"cache_dir": 5}, "cache_dir must be a path (a str or os.PathLike), got 5"),
         ({"token": 5}, "token must be a string, True for the saved one or False for none, not int"),
         ({"cache_dir": ""}, "the cache directory is empty"),
+        ({"cache_dir": str(ROOT / "pyproject.toml")}, "pyproject.toml is not a directory"),
     ],
 )
 @pytest.mark.parametrize("model", [str(TINY), "user/model"])
@@ -1094,6 +1095,20 @@ def test_a_full_file_with_an_npbert_record_it_did_not_write_loads(hub, tmp_path,
     code = "from npbert.hub import fetch; print(fetch('test/record', full=True).full_bytes)"
     cached = hub.python(code, HF_HUB_OFFLINE="1")
     assert cached.stdout == f"{(directory / 'model.safetensors').stat().st_size}\n", cached.stderr
+
+
+def test_token_true_without_a_saved_token_is_an_input_error(hub):
+    """It was huggingface_hub's LocalTokenNotFoundError, an OSError."""
+    code = """
+import npbert
+try:
+    npbert.load_weights("test/tiny", token=True)
+except npbert.InputError as error:
+    print(error)
+"""
+    result = hub.python(code)
+    assert result.returncode == 0, result.stderr
+    assert "token=True asks for the saved token, and none is saved" in result.stdout
 
 
 def test_a_cache_dir_given_with_a_tilde_is_found_again(hub, tmp_path):
