@@ -474,11 +474,12 @@ def download(repo_id: str, revision: str | None, full: bool, access: Access) -> 
     if fetched is None and not full:
         try:
             fetched = fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
-        except RangeIgnored:  # logged, not printed: the CLI shows it as npbert's warnings
+        except RangeIgnored as answer:  # logged, not printed: the CLI shows it as a warning
             logger.warning(
-                "the server ignored the Range request for %s; downloading the whole weights "
-                "file instead",
+                "the server did not answer the Range request for %s with the part asked (it "
+                "answered %s); downloading the whole weights file instead",
                 repo_id,
+                answer,
             )
     if fetched is None:
         fetched = _download_whole(repo_id, revision, commit, files, snapshot, config, access)

@@ -30,7 +30,8 @@ LONGEST_WAIT = 30  # seconds: a Retry-After longer than this is an error now
 
 
 class RangeIgnored(Exception):
-    """The server answered a Range request with the whole file (200, not 206)."""
+    """The server answered a Range request with something other than the part (200, not 206):
+    the whole file, or a page (a proxy's sign-in page). Its text: the status and Content-Type."""
 
 
 def get_range(url: str, start: int, end: int, *, token, timeout: float, progress=None):
@@ -78,7 +79,8 @@ def _get_range_once(url, start, end, token, timeout, progress):
     with _stream(url, headers, timeout) as (response, chunks):
         hf_raise_for_status(response)
         if response.status_code != 206:
-            raise RangeIgnored(url)
+            kind = response.headers.get("Content-Type", "no Content-Type")
+            raise RangeIgnored(f"{response.status_code}, {kind}")
         size = _checked_content_range(response.headers, start, end, url)
         body = _read_body(chunks, end - start, timeout, url, progress)
         return body, size, response.headers.get("ETag", "")

@@ -496,11 +496,22 @@ def test_server_ignoring_range_is_reported(hub):
     hub.ignore_range = True
     result = hub.run("fetch", "test/tiny")
     assert result.returncode == 0
-    said = [line for line in result.stderr.splitlines() if "ignored the Range" in line]
-    assert said == [
-        "npbert: warning: the server ignored the Range request for test/tiny; downloading the "
-        "whole weights file instead"
-    ]
+    said = [line for line in result.stderr.splitlines() if "Range request" in line]
+    assert len(said) == 1 and said[0].startswith(
+        "npbert: warning: the server did not answer the Range request for test/tiny with the "
+        "part asked (it answered 200, "
+    )
+    assert said[0].endswith("); downloading the whole weights file instead")
+
+
+def test_a_page_in_answer_to_a_range_request_is_reported_as_what_it_is(hub):
+    """A sign-in page was reported as a server that "ignored the Range request"."""
+    hub.faults.append(Fault("html_200", lambda m, p, r: r.startswith("bytes=0-7") and "tiny" in p))
+    result = hub.run("fetch", "test/tiny")
+    assert result.returncode == 0, result.stderr
+    assert "Range request for test/tiny with the part asked (it answered 200, text/html)" in (
+        result.stderr
+    )
 
 
 def test_connection_dropped_mid_range_caches_nothing_and_retry_succeeds(hub, tmp_path):
