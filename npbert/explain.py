@@ -202,8 +202,8 @@ def explain(
     stages = embed_stages(*args, **kwargs)
     input_ids, types, positions = used.input_ids, used.token_type_ids, used.position_ids
     mask = used.attention_mask if config.family.masks_padding else None  # DeBERTa's zeroes rows
-    inputs = {"input_id": input_ids, "token_type_id": types, "position_id": positions}
-    inputs["attention_mask"] = mask
+    inputs = dict(input_id=input_ids, token_type_id=types, position_id=positions)
+    inputs |= dict(attention_mask=mask)
     shown = _kept(len(input_ids), _changes(types, used.attention_mask))
     final = stages.get("projected", stages["embeddings"])
     diff, bad, bound = _distance(final, embed(*args, **kwargs))

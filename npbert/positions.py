@@ -321,9 +321,9 @@ def _fit_sentence(verdict: str, fit: dict, random_fit: dict, rank: int) -> str:
         "sinusoidal": f"Sinusoidal, dimension by dimension: {numbers}.",
         "in the sinusoids' span": f"In the sinusoids' span: {numbers}; but its dimensions do "
         "not each vary fastest at their sinusoid's frequency, as the sinusoidal table's do. A "
-        "linear map of the sinusoidal table, as is "
-        "every table smooth enough (the span holds every slow curve over these positions): "
-        "this does not say that it was made of sinusoids.",
+        "linear map of the sinusoidal table, as is every table smooth enough (the span holds "
+        "every slow curve over these positions): this does not say that it was made of "
+        "sinusoids.",
         "not sinusoidal": f"Not the sinusoidal table, nor a linear map of it: {numbers}.",
     }[verdict]
 
