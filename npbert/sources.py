@@ -441,13 +441,21 @@ def _parquet_chunks(path: str, shard_bytes: int, consumed: Consumed, prefix: Pre
 # --- where a chunk is embedded: its records -----------------------------------------------
 
 
+def changed_underneath(chunk: Chunk) -> InputError:
+    """The input changed while it was read: a resume would refuse it, so only a new run can."""
+    return InputError(
+        f"{chunk.name} changed while it was being embedded: embed it again into a new "
+        "directory (a resume refuses input that changed)"
+    )
+
+
 def read_chunk(chunk: Chunk) -> list[Record]:
     """The chunk's records, read again from the file and checked against what was hashed."""
     if chunk.format == "parquet":
         return _parquet_records(chunk)
     data = chunk.data if chunk.data is not None else _read_range(chunk)
     if hashlib.sha256(data).hexdigest() != chunk.sha256:
-        raise InputError(f"{chunk.name} changed while it was being embedded; run again")
+        raise changed_underneath(chunk)
     lines = data.split(b"\n")
     if data.endswith(b"\n"):
         lines.pop()
@@ -556,7 +564,7 @@ def _parquet_records(chunk: Chunk) -> list[Record]:
     rows = list(_parquet_rows(chunk.path, file, columns, groups, first, chunk.start, chunk.stop))
     data = b"".join(row_bytes(text, pair) for text, pair in rows)
     if hashlib.sha256(data).hexdigest() != chunk.sha256:
-        raise InputError(f"{chunk.name} changed while it was being embedded; run again")
+        raise changed_underneath(chunk)
     records = []
     for number, (text, pair) in enumerate(rows, start=chunk.first):
         where = row_where(chunk.name, number)

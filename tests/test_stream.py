@@ -1678,3 +1678,24 @@ def test_the_corpus_job_in_a_daemonic_process_is_refused_before_it_writes(tmp_pa
         said = pool.apply_async(_corpus_in_a_pool_worker, (str(tmp_path),)).get(timeout=120)
     assert "a daemonic process (a multiprocessing.Pool's worker) may not" in said
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("suffix", ["txt", "parquet"])
+def test_input_changed_while_embedded_says_to_start_again_elsewhere(tmp_path, suffix):
+    """It said "run again", which the output directory refuses, and --resume too."""
+    import dataclasses
+
+    from npbert import sources
+
+    path = tmp_path / f"c.{suffix}"
+    if suffix == "txt":
+        path.write_text("a b\nc d\n")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": ["a b", "c d"]}), path)
+    chunk = next(iter(sources.chunks(sources.input_files(path, None), 4096, None)))
+    changed = dataclasses.replace(chunk, sha256="0" * 64)
+    with pytest.raises(npbert.InputError, match="embed it again into a new directory"):
+        sources.read_chunk(changed)
