@@ -309,7 +309,8 @@ def reading(figures: dict) -> list[str]:
 def _fit_sentence(verdict: str, fit: dict, random_fit: dict, rank: int) -> str:
     if verdict == "too few positions":
         return (
-            f"Too few positions to tell: the sinusoids span {rank} directions, enough to fit "
+            f"Too few positions to tell: the sinusoids span {rank} "
+            f"direction{'s' * (rank != 1)}, enough to fit "
             "any table of this length exactly."
         )
     numbers = (

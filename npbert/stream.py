@@ -319,9 +319,10 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
     index = read_index(directory, "--resume")
     changed = [k for k in settings if k not in RECORDED and index.get(k) != settings[k]]
     if "format" in changed:
+        held = "an index of no format" if index.get("format") is None else repr(index["format"])
         raise InputError(
-            f"--resume: {directory} holds {index.get('format')!r}, which this npbert cannot "
-            f"continue ({FORMAT!r}): give a new directory"
+            f"--resume: {directory} holds {held}, which this npbert cannot continue "
+            f"({FORMAT!r}): give a new directory"
         )
     if changed:
         raise InputError(

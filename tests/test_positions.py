@@ -82,6 +82,8 @@ def test_too_few_positions_to_tell():
     assert figures["basis_rank"] == 7 and figures["tables"]["model"]["fit"]["r2_adjusted"] is None
     assert figures["verdict"] == "too few positions"
     assert figures["reading"][0].startswith("Too few positions to tell")
+    # two positions: "span 1 directions"
+    assert "span 1 direction, enough" in analyse(np.ones((2, 4)) * [[0], [1]])["reading"][0]
 
 
 def test_sinusoids_mixed_across_dimensions_are_a_linear_map_not_the_table():

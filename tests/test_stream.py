@@ -637,6 +637,10 @@ def test_resume_refuses_a_run_of_another_corpus_format_by_name(tmp_path, minilm_
     (out / "index.json").write_text(json.dumps({**index, "format": "npbert corpus, version 2"}))
     resumed = _run(source, out, minilm_dir, "--resume")
     assert resumed.returncode == 2 and "which this npbert cannot continue" in resumed.stderr
+    del index["format"]  # it said "holds None"
+    (out / "index.json").write_text(json.dumps(index))
+    resumed = _run(source, out, minilm_dir, "--resume")
+    assert resumed.returncode == 2 and "holds an index of no format, which" in resumed.stderr
 
 
 # --- index.json damaged (item 16), bad text (item 15) -----------------------------------------
