@@ -382,7 +382,7 @@ def _report_rows(figures: dict) -> list[tuple[str, object, str]]:
         ),
         (f"cosine, {num_positions // 2}+ apart (mean)", lambda t: t["similarity"]["far"], "{:.3f}"),
         ("row norm, position 0", lambda t: t["norms"]["first"], "{:.3f}"),
-        *([last_pretrained] if length < num_positions else []),  # unless it is the last
+        *([last_pretrained] if 1 < length < num_positions else []),  # unless first or last
         (f"row norm, position {num_positions - 1}", lambda t: t["norms"]["last"], "{:.3f}"),
         ("row norm, median", lambda t: t["norms"]["median"], "{:.3f}"),
         (

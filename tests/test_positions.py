@@ -14,7 +14,7 @@ from conftest import DATA, TINY
 
 import npbert
 from npbert.cli import main
-from npbert.positions import analyse, sinusoidal_table
+from npbert.positions import analyse, format_report, sinusoidal_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DISTILBERT = DATA / "tiny-distilbert-sinusoidal"  # made by transformers, sinusoidal_pos_embds
@@ -75,6 +75,12 @@ def test_a_random_table_is_not_sinusoidal_and_the_adjustment_is_why(record):
     assert abs(similarity["neighbour"]) < 0.1 and abs(similarity["far"]) < 0.1  # no band
     # the baseline inside every report is such a table too
     assert abs(figures["tables"]["random"]["fit"]["r2_adjusted"]) < 0.05
+
+
+def test_a_pretraining_length_of_one_shows_position_0_once():
+    report = format_report(analyse(np.random.default_rng(5).normal(size=(64, 16)),
+                                   pretraining_length=1))  # fmt: skip
+    assert report.count("row norm, position 0 ") == 1
 
 
 def test_too_few_positions_to_tell():
