@@ -33,10 +33,11 @@ both tables (gamma * Wc, gamma * Rc), it saved one pass in six (6% on blocks of 
 512, AMD EPYC) but rounded each product before the sum, which put the bench's random weights
 at 0.648 median float32 ULPs from float64 (torch 0.627, this path 0.587) and
 all-MiniLM-L6-v2's outputs 1.19e-6 from it (torch 1.0e-6).
-DeBERTa with a projection E -> H before its LayerNorm is projected and centered in float64
-instead (project_centered says why). Lookups use take(mode="clip") because the default
-mode="raise" copies `out` behind the scenes (3x slower); the ids were checked before they got
-here, so clipping never moves one.
+Products (DeBERTa's projection E -> H before its LayerNorm, and the one after the layer of
+ALBERT, ELECTRA and RoFormer) are npbert.product's: every value the exact one rounded once, so
+a row's bits depend on neither its batch nor BLAS's kernel and threads. Lookups use
+take(mode="clip") because the default mode="raise" copies `out` behind the scenes (3x slower);
+the ids were checked before they got here, so clipping never moves one.
 """
 
 import math
@@ -53,6 +54,7 @@ from npbert.checkpoint import EmbeddingWeights, check_weights
 from npbert.cores import cpus
 from npbert.errors import InputError
 from npbert.inputs import check_count, shown
+from npbert.product import float64_weight, rounded_product
 
 # Tokens per block, as measured on bert-base (scripts/bench.py, AMD EPYC, 1 MiB L2 a core):
 # longer NumPy calls mean fewer hand-offs of the GIL between threads and less Python a token.
@@ -162,16 +164,15 @@ class Plan:
             # use pays for mmap and munmap (glibc's default above 128 KiB), 20 us a call.
             gathered = np.empty((size if gathers else 0, width), np.float32)  # added rows
             unprojected = np.empty((size if inside else 0, width), np.float32)  # DeBERTa's
-            wide = np.empty((size if inside else 0, out.shape[1]), np.float64)
             stats = np.empty(size, np.float32)
-            scratch = gathered, unprojected, wide, stats
+            scratch = gathered, unprojected, stats
             if buffer is None:
                 return blocks(share, *scratch)
             with np.errstate():  # restores this thread's buffer size when it leaves
                 np.setbufsize(buffer)
                 return blocks(share, *scratch)
 
-        def blocks(share, gathered, unprojected, wide, stats) -> None:
+        def blocks(share, gathered, unprojected, stats) -> None:
             for start, stop in share:
                 n = stop - start
                 x = unprojected[:n] if inside else out[start:stop]  # (n, E)
@@ -179,8 +180,9 @@ class Plan:
                 if not (centered or inside):
                     center(x, scale, stats[:n])
                 add(x, start, stop, gathered)
-                if inside:
-                    project_centered(x, projection, wide[:n], out[start:stop])  # (n, H)
+                if inside:  # DeBERTa: E -> H, then centered as a word row is
+                    rounded_product(x, projection, None, out[start:stop])  # (n, H)
+                    center(out[start:stop], 1.0, stats[:n])
                 normalize_centered(out[start:stop], eps, affine, stats[:n])
                 if mask is not None:
                     out[start:stop] *= mask[start:stop]
@@ -243,48 +245,8 @@ def apply_projection(weights, x: np.ndarray) -> np.ndarray:
     (..., E) float32 -> (..., H) float32, each row rounded as it would be in any batch."""
     rows = x.reshape(-1, x.shape[-1])  # (n, E)
     projected = np.empty((len(rows), weights.projection_weight.shape[0]), np.float32)
-    project_rows(rows, weights.projection_weight, projected)  # (n, H)
-    projected += weights.projection_bias
+    rounded_product(rows, wide_projection(weights), weights.projection_bias, projected)  # (n, H)
     return projected.reshape(*x.shape[:-1], -1)  # (..., H)
-
-
-# Rows in each matrix product project_rows makes. BLAS picks its kernel, and with it how a
-# product is rounded, by the matrices' shapes (OpenBLAS: a matrix-vector product for one row,
-# other kernels for a few rows than for many): at E 128 -> H 256 a row came out differently
-# beside 1 to 4 other rows than beside more. Products of always PROJECTED rows round a row the
-# same wherever it sits. Against one product of 512 rows (E 128, H 256 to 4096), four of 128
-# ran 0.71-0.86x as fast; one row costs a whole product, 72 us at H 256 and 1.2 ms at H 4096
-# (AMD EPYC, two threads).
-PROJECTED = 128
-
-
-def project_rows(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:
-    """out = x @ weight.T: (n, E) -> (n, H), as products of PROJECTED rows (the last group
-    padded with rows of zeros), so that a row comes out the same in a batch of any size."""
-    for start in range(0, len(x), PROJECTED):
-        rows = x[start : start + PROJECTED]  # (PROJECTED or fewer, E)
-        if len(rows) == PROJECTED:
-            np.matmul(rows, weight.T, out=out[start : start + PROJECTED])
-        else:
-            padded = np.zeros((PROJECTED, x.shape[1]), out.dtype)
-            padded[: len(rows)] = rows
-            out[start:] = np.matmul(padded, weight.T)[: len(rows)]
-
-
-def project_centered(x: np.ndarray, weight: np.ndarray, wide: np.ndarray, out: np.ndarray) -> None:
-    """out = x @ weight.T minus each row's mean, for DeBERTa's projection inside the layer:
-    x (n, E) float32, weight (H, E) float64, wide (n, H) float64 scratch, out (n, H) float32.
-
-    In float64, rounded once: the LayerNorm that follows divides by the rows' std, and
-    projected rows of small weights have a small one, which magnifies the product's rounding.
-    In float32 (E 128 -> H 768, tables as transformers initializes them, 2000 words) this put
-    outputs 2.9e-6 from the float64 reference, the readable specification 1.1e-6; in float64,
-    7.2e-7 (tests/test_fast.py). It costs time: a 32 x 128 batch at those sizes took 15.8 ms
-    against 10.4 in float32 on one thread, 14.1 against 8.9 on two (AMD EPYC, medians).
-    """
-    project_rows(x, weight, wide)  # (n, H) float64
-    wide -= wide.mean(axis=-1, keepdims=True)  # (n, H) centered
-    out[...] = wide  # rounded once to float32
 
 
 def center(x: np.ndarray, scale: float, stats: np.ndarray) -> None:
@@ -331,7 +293,7 @@ class Derived:
 
     affine: tuple  # LayerNorm's gamma and beta (or None), each also as SHORT rows: affine_rows
     added: dict = field(default_factory=dict)  # {centered: (R, E) table}, see added_table
-    projection: np.ndarray | None = None  # (H, E) float64, see wide_projection
+    projection: np.ndarray | None = None  # (H, E) float64: wide_projection
     words: np.ndarray | None = None  # Wc, once made
     tokens: int = 0  # tokens embedded so far
     mode: str = "auto"  # centered_table's mode
@@ -395,12 +357,12 @@ def added_table(weights, tables: dict, centered: bool) -> np.ndarray:
 
 
 def wide_projection(weights) -> np.ndarray:
-    """DeBERTa's projection weight (H, E) in float64 for project_centered, made once."""
+    """The projection weight (H, E) in float64 for rounded_product, made once."""
     record = derived(weights)
     if record.projection is None:
         with _lock:
             if record.projection is None:
-                record.projection = weights.projection_weight.astype(np.float64)
+                record.projection = float64_weight(weights.projection_weight)
     return record.projection
 
 
