@@ -25,7 +25,8 @@ def exactly_rounded(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) 
     """x @ weight.T + bias in exact arithmetic, each value rounded once to float32."""
     out = np.empty((len(x), len(weight)), np.float32)
     for i, h in np.ndindex(out.shape):
-        exact = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x[i], weight[h], strict=True))
+        pairs = zip(x[i], weight[h], strict=True)
+        exact = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in pairs)
         out[i, h] = nearest_float32(exact + (0 if bias is None else Fraction(float(bias[h]))))
     return out
 
