@@ -985,6 +985,7 @@ def run_compare(args) -> int:
         rtol=args.rtol,
         inputs=inputs.reference_inputs(),
         attention_mask=inputs.attention_mask,
+        weights=inputs.weights,
     )
     note_defaulted_inputs(args, report, candidate, inputs.weights)
     say(to_json(report) if args.json else format_report(report))

@@ -16,7 +16,7 @@ from npbert.errors import InputError
 from npbert.inputs import check_path
 from npbert.model import Embedder, checkpoint_tokenizer, embed_stages, resolve_weights
 from npbert.tokenize import tokenizer_file, tokenizer_files
-from npbert.verify import DEFAULT_ATOL, FLOAT64_ATOL, STEPS, check_finite, default_atol
+from npbert.verify import DEFAULT_ATOL, FLOAT64_ATOL, STEPS, check_finite, stage_atols
 
 SEEDS = [
     "The quick brown fox jumps over the lazy dog",
@@ -89,8 +89,11 @@ cut of the Hub's, and its sha256 is not the Hub's). Each float64 stage file also
 its "atol": the largest absolute difference allowed from it, for a float32 implementation
 and for a float64 one. That is 1e-5 (float32) or 1e-12 (float64), or where the stage's values
 are large, {STEPS} steps of the precision at its largest |value|, as 1e-5 is less than one
-float32 step from 128 up. `.npy` is NumPy's simple format: a header, then raw little-endian
-data in C order; readers exist for most languages.
+float32 step from 128 up; for a stage that is a matrix product (projected, embed_proj), more
+where a product of its length and size can differ by more, computed correctly in that
+precision from an input within its own stage's atol (npbert.verify.product_atol).
+`.npy` is NumPy's simple format: a header, then raw little-endian data in C order; readers
+exist for most languages.
 
 manifest.json's "cases" maps each folder to its "description", for a case made from text the
 "texts" (and "pairs") it was tokenized from (tokenizer.json's own settings, truncated to the
@@ -377,13 +380,16 @@ def _write_case(weights, folder: Path, case: dict) -> dict:
     folder.mkdir()
     described = {k: case[k] for k in ("description", "texts", "pairs") if case.get(k)}
     described["files"] = {}
-    for name, array in _arrays(weights, case).items():
+    arrays = _arrays(weights, case)
+    reference = {name.removesuffix(".float64"): a for name, a in arrays.items()
+                 if name.endswith(".float64")}  # fmt: skip
+    atols = {dtype: stage_atols(reference, weights, np.dtype(dtype).type, base)
+             for dtype, base in BASE_ATOL.items()}  # fmt: skip
+    for name, array in arrays.items():
         np.save(folder / f"{name}.npy", array)
         info = {"shape": list(array.shape), "dtype": array.dtype.name}
         if name.endswith(".float64"):  # the reference: how far from it each precision may be
-            info["atol"] = {
-                dtype: default_atol(array, np.dtype(dtype).type, base)
-                for dtype, base in BASE_ATOL.items()
-            }
+            stage = name.removesuffix(".float64")
+            info["atol"] = {dtype: atols[dtype][stage] for dtype in BASE_ATOL}
         described["files"][f"{folder.name}/{name}.npy"] = info
     return described

@@ -62,6 +62,54 @@ def default_atol(reference: np.ndarray, dtype=np.float32, base: float = DEFAULT_
     return max(base, STEPS * float(np.spacing(largest)))
 
 
+# The stages that are matrix products y = x @ weight.T (+ bias): {stage: (the stage or stages
+# that are x, first found; the weight's and the bias's names in EmbeddingWeights)}.
+PRODUCTS = {
+    "embed_proj": (("sum", "word"), "projection_weight", None),  # DeBERTa's, inside the layer
+    "projected": (("embeddings",), "projection_weight", "projection_bias"),  # after it
+}
+
+
+def product_atol(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, x_atol: float, dtype=np.float32
+) -> float:
+    """The atol of a product stage y = x @ weight.T + bias: what correct arithmetic in `dtype`
+    can put between a port's y and the reference's. x (..., E) the reference's input to the
+    product, weight (H, E), bias (H,) or None, x_atol what the input stage is held to.
+
+    A port multiplies its own x, within x_atol of the reference's, and sums the E products
+    and the bias in its dtype in an order of its own, which errs by at most gamma(E + 1) =
+    (E + 1) u / (1 - (E + 1) u), u = 2^-24 in float32, times the sum of the terms' sizes (Higham,
+    Accuracy and Stability of Numerical Algorithms, eq. 3.5). Value by value,
+
+        |y' - y| <= x_atol |w|_1 + gamma(E + 1) (|x| @ |w|.T + x_atol |w|_1 + |b|),
+
+    |w|_1 the sum of a row's |weights|: this atol is the largest over the stage."""
+    width = weight.shape[1]
+    magnitudes = np.abs(weight.astype(np.float64))  # (H, E)
+    moved = x_atol * magnitudes.sum(axis=1)  # (H,) what the input's tolerance moves y by
+    sizes = np.abs(x.reshape(-1, width)) @ magnitudes.T + moved  # (n, H)
+    if bias is not None:
+        sizes += np.abs(bias)
+    terms = (width + 1) * float(np.finfo(dtype).eps) / 2
+    return float(moved.max(initial=0) + terms / (1 - terms) * sizes.max(initial=0))
+
+
+def stage_atols(
+    reference64: dict, weights=None, dtype=np.float32, base: float = DEFAULT_ATOL
+) -> dict[str, float]:
+    """The atol each stage is held to unless one is given, for a port computing in `dtype`:
+    default_atol, and for a product stage (given the weights) product_atol where that is more."""
+    atols = {name: default_atol(values, dtype, base) for name, values in reference64.items()}
+    for name, (inputs, weight, bias) in PRODUCTS.items():
+        if weights is None or name not in reference64:
+            continue
+        x = next(stage for stage in inputs if stage in reference64)
+        w, b = getattr(weights, weight), bias and getattr(weights, bias)
+        atols[name] = max(atols[name], product_atol(reference64[x], w, b, atols[x], dtype))
+    return atols
+
+
 def load_candidate(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Another implementation's output: .npy (one output: OUTPUT), .npz or .safetensors
     (`embeddings` or `projected`, and any stage names), or .json (a nested list, OUTPUT, or
@@ -256,12 +304,11 @@ def _errors(candidate: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, fl
 def compare_stage(
     name, candidate, reference64, reference32, atol, rtol, batch, mask=None
 ) -> StageResult:
-    """One stage against the references; atol None: default_atol of the reference. mask: the
-    (B, L) attention_mask, to tell a stage wrong only in padding rows."""
+    """One stage against the references, held to atol (stage_atols'). mask: the (B, L)
+    attention_mask, to tell a stage wrong only in padding rows."""
     expected, batch_axis = _align(name, candidate, reference64, batch)
     if expected is None:
         return StageResult(name, False, (candidate.shape, reference64.shape))
-    atol = default_atol(reference64) if atol is None else atol
     expected32, _ = _align(name, candidate, reference32, batch)
     error, max_rel = _errors(candidate, expected)
     error32, max_rel32 = _errors(candidate, expected32)
@@ -353,6 +400,7 @@ def compare(
     rtol: float = DEFAULT_RTOL,
     inputs: dict | None = None,
     attention_mask=None,
+    weights=None,
 ) -> dict:
     """The full report: every provided stage in order, the first that disagrees, and for the
     output its float32 ULP error and per-token cosine similarity. reference64 and reference32:
@@ -365,7 +413,12 @@ def compare(
     tokenizer's mistake shows there, before the lookups. Without it, they are left out.
 
     attention_mask: the (B, L) mask of the reference's inputs, 0 at padding: a stage out of
-    tolerance only in padding rows says so in its notes (the verdict is still FAIL)."""
+    tolerance only in padding rows says so in its notes (the verdict is still FAIL).
+
+    weights: the checkpoint's EmbeddingWeights. With them, a stage that is a matrix product
+    (projected, embed_proj) is held by default to what float32 products of its length and
+    magnitude can differ by (product_atol), not to default_atol, which a correct port's
+    float32 product can exceed."""
     check_references(reference64, reference32)
     check_finite(reference64, "npbert's float64 reference")
     ids = np.empty(reference64["word"].shape[:-1], np.intp)  # (B, L): the inputs' shape
@@ -377,6 +430,7 @@ def compare(
     given_inputs = {key: value for key, value in given.items() if key in INPUTS}
     checked_inputs = compare_inputs(given_inputs, {} if inputs is None else inputs)
     batch = batch_size(reference64)
+    atols = stage_atols(reference64, weights) if atol is None else dict.fromkeys(reference64, atol)
     with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
         stages = [
             compare_stage(
@@ -384,7 +438,7 @@ def compare(
                 candidate[name],
                 reference64[name],
                 reference32[name],
-                atol,
+                atols[name],
                 rtol,
                 batch,
                 attention_mask,
@@ -413,10 +467,20 @@ def compare(
         candidate, reference64, stages, bare, batch, attention_mask
     ).items():
         report["stages"][name]["notes"] = notes
+    for name in PRODUCTS.keys() & report["stages"].keys():
+        if atol is None and atols[name] > default_atol(reference64[name]):
+            report["stages"][name].setdefault("notes", []).append(product_note(atols[name]))
     if atol is None:  # a float64 implementation held to float32's tolerance would not know
         for name in float64_stages(given, candidate) & {s.name for s in stages if s.shape_ok}:
             report["stages"][name].setdefault("notes", []).append(FLOAT64_HELD)
     return report
+
+
+def product_note(atol: float) -> str:
+    return (
+        f"a matrix product, held to atol {atol:.3g}: what correct float32 products of its "
+        "length and size can differ by"
+    )
 
 
 FLOAT64_HELD = (

@@ -371,6 +371,7 @@ class Family:
     mask: bool = False  # DeBERTa: forward(mask=attention_mask)
     projection: str | None = None  # on the base model, applied after the module
     ids_from_tokenizer: bool = False  # special ids sit after the trained BPE: ask the tokenizer
+    norm_scale: float = 1.0  # gamma drawn this many times larger: outputs of that size
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def has(self, lookup: str) -> bool:
@@ -512,6 +513,21 @@ FAMILIES = (
         ("word", "token_type", "position"),
         "LN((W + T) + P) at E; embeddings_project (E -> H, bias) after, where E != H",
         projection="embeddings_project",
+    ),
+    Family(
+        "electra-small",
+        ElectraForPreTraining,
+        {**BERT_SIZES, "hidden_size": 256, "num_attention_heads": 4, "embedding_size": 128,
+         "type_vocab_size": 2, "initializer_range": 0.2},  # fmt: skip
+        WORDPIECE,
+        ("word", "token_type", "position"),
+        "LN((W + T) + P) at E; embeddings_project (E -> H, bias) after, where E != H",
+        projection="embeddings_project",
+        norm_scale=10.0,
+        notes=(
+            "ELECTRA-small's widths, E 128 -> H 256, with outputs up to about 40: there a "
+            "correct float32 projection differs from float64 by more than 1e-5",
+        ),
     ),
     Family(
         "roformer",
@@ -825,10 +841,11 @@ def load_nomic(directory: Path) -> NomicEmbeddingLayer:
     return layer.eval()
 
 
-def randomize_norm(norm: torch.nn.Module) -> None:
-    """Move a LayerNorm away from 1/0, so that gamma/beta mix-ups show."""
+def randomize_norm(norm: torch.nn.Module, scale: float = 1.0) -> None:
+    """Move a LayerNorm away from 1/0, so that gamma/beta mix-ups show; gamma `scale` times
+    larger."""
     with torch.no_grad():
-        norm.weight.uniform_(0.5, 1.5)
+        norm.weight.uniform_(0.5 * scale, 1.5 * scale)
         if norm.bias is not None:
             norm.bias.normal_(0.0, 0.1)
 
@@ -857,7 +874,7 @@ def build_checkpoint(family: Family) -> Path:
             sizes |= {"sep_token_id": sep, "bos_token_id": cls, "eos_token_id": sep}
         config = family.model_class.config_class(**family.config, **sizes)
         model = family.model_class(config).eval()
-        randomize_norm(getattr(model.base_model.embeddings, family.norm))
+        randomize_norm(getattr(model.base_model.embeddings, family.norm), family.norm_scale)
         if family.projection:
             randomize_bias(operator.attrgetter(family.projection)(model.base_model))
         model.save_pretrained(directory)

@@ -45,6 +45,27 @@ def no_special_tokens(tmp_path: Path) -> Path:
     return tmp_path / "m"
 
 
+def widened(tmp_path, name: str, embedding: int, hidden: int):
+    """DATA/name's embedding tensors redrawn at E = embedding, H = hidden (its 16 and 32),
+    in tmp_path."""
+    from safetensors.numpy import load_file, save_file
+
+    import npbert
+
+    sizes = {16: embedding, 32: hidden}
+    rng = np.random.default_rng(0)
+    tensors = {
+        key: rng.normal(0, 0.5, [sizes.get(n, n) for n in value.shape]).astype(np.float32)
+        for key, value in load_file(str(DATA / name / "model.safetensors")).items()
+        if "embed" in key
+    }
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    config = json.loads((DATA / name / "config.json").read_text())
+    config.update(embedding_size=embedding, hidden_size=hidden)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return npbert.load_weights(tmp_path)
+
+
 def golden_names(*, text_only: bool = False) -> list[str]:
     """Names of the BERT goldens (tiny-bert and all-MiniLM-L6-v2); with text_only, those made
     from text (not from raw ids)."""

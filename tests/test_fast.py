@@ -8,7 +8,7 @@ import mmap
 
 import numpy as np
 import pytest
-from conftest import DATA, TINY
+from conftest import DATA, TINY, widened
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -462,26 +462,6 @@ def test_the_buffer_is_chosen_for_the_rows_that_are_divided(monkeypatch):
     monkeypatch.setattr(fast, "row_buffer", lambda rows, width: widths.append(width))
     npbert.embed(weights, np.ones((2, 8), np.int64), threads=1)
     assert widths == [config.output_size]
-
-
-def widened(tmp_path, name: str, embedding: int, hidden: int):
-    """DATA/name's embedding tensors redrawn at E = embedding, H = hidden (its 16 and 32)."""
-    import json
-
-    from safetensors.numpy import load_file, save_file
-
-    sizes = {16: embedding, 32: hidden}
-    rng = np.random.default_rng(0)
-    tensors = {
-        key: rng.normal(0, 0.5, [sizes.get(n, n) for n in value.shape]).astype(np.float32)
-        for key, value in load_file(str(DATA / name / "model.safetensors")).items()
-        if "embed" in key
-    }
-    save_file(tensors, str(tmp_path / "model.safetensors"))
-    config = json.loads((DATA / name / "config.json").read_text())
-    config.update(embedding_size=embedding, hidden_size=hidden)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    return npbert.load_weights(tmp_path)
 
 
 @pytest.mark.parametrize("name", ["tiny-deberta-v2", "tiny-electra"])

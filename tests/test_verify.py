@@ -1556,3 +1556,96 @@ def test_deberta_references_made_without_the_mask_are_suspected(tmp_path):
         assert report["ok"] == masked
         notes = report["stages"]["embeddings"].get("notes", [])
         assert any("references made without it" in note for note in notes) == noted, notes
+
+
+# --- products: held to what float32 products of their length and size can differ by ----------
+
+LARGE = TINY.parent / "tiny-electra-small"  # E 128 -> H 256, projected values up to about 100
+
+
+def projection_references(weights, ids, types=None) -> list[dict]:
+    """embed_stages in float64 and float32, projected: compare's references."""
+    return [npbert.embed_stages(weights, ids, types, dtype=d, project=True)
+            for d in (np.float64, np.float32)]  # fmt: skip
+
+
+def summed_in_order(x: np.ndarray, weight: np.ndarray, bias, order) -> np.ndarray:
+    """x @ weight.T + bias in float32, one term at a time in the given order of E: a correct
+    float32 product that rounds unlike BLAS's."""
+    total = np.zeros((*x.shape[:-1], weight.shape[0]), np.float32)
+    for e in order:
+        total += x[..., e, None] * weight[:, e]
+    return total + bias
+
+
+@pytest.mark.parametrize("golden", ["padded_batch", "pair", "full_length"])
+def test_correct_float32_projections_of_large_values_pass(golden):
+    from npbert.verify import compare as compare_stages
+
+    arrays, _ = load_golden(f"tiny_electra_small_{golden}")
+    weights = npbert.load_weights(LARGE)
+    ids, types = arrays["input_ids"], arrays["token_type_ids"]
+    references = projection_references(weights, ids, types)
+    x, w, b = arrays["embeddings"], weights.projection_weight, weights.projection_bias
+    width = w.shape[1]
+    candidates = {
+        "transformers": arrays["projected"],
+        "npbert": npbert.embed(weights, ids, types, project=True),
+        "summed in order": summed_in_order(x, w, b, range(width)),
+        "summed backwards": summed_in_order(x, w, b, reversed(range(width))),
+    }
+    assert np.abs(arrays["projected"]).max() > 64  # where a float32 step is 7.6e-6
+    for who, projected in candidates.items():
+        report = compare_stages({"projected": projected}, *references, weights=weights)
+        assert report["ok"], (who, report["stages"]["projected"])
+        assert "a matrix product, held to atol" in report["stages"]["projected"]["notes"][0]
+
+
+def test_projection_bugs_fail_at_large_values():
+    from npbert.verify import compare as compare_stages
+
+    arrays, _ = load_golden("tiny_electra_small_pair")
+    weights = npbert.load_weights(LARGE)
+    ids, types = arrays["input_ids"], arrays["token_type_ids"]
+    references = projection_references(weights, ids, types)
+    x, w, b = arrays["embeddings"], weights.projection_weight, weights.projection_bias
+    bugs = {
+        "projection left out": x,
+        "bias left out": x @ w.T,
+        "another matrix (rows in another order)": x @ w[::-1].T + b,
+        "in bfloat16": (x @ w.T + b).view(np.uint32) >> 16 << 16,
+        "bias added twice": x @ w.T + 2 * b,
+    }
+    bugs["in bfloat16"] = bugs["in bfloat16"].view(np.float32)
+    for bug, projected in bugs.items():
+        report = compare_stages({"projected": projected}, *references, weights=weights)
+        assert report["first_disagreeing_stage"] == "projected", bug
+
+
+def test_a_transposed_square_projection_fails(tmp_path):
+    from conftest import widened
+
+    from npbert.verify import compare as compare_stages
+
+    weights = widened(tmp_path, "tiny-albert", 64, 64)  # ALBERT projects at E = H too
+    ids = np.random.default_rng(0).integers(5, weights.config.vocab_size, (2, 9))
+    references = projection_references(weights, ids)
+    x, w, b = references[1]["embeddings"], weights.projection_weight, weights.projection_bias
+    right = compare_stages({"projected": x @ w.T + b}, *references, weights=weights)
+    transposed = compare_stages({"projected": x @ w + b}, *references, weights=weights)
+    assert right["ok"] and transposed["first_disagreeing_stage"] == "projected"
+
+
+def test_the_command_passes_npbert_and_transformers_projections_of_large_values(tmp_path, capsys):
+    arrays, _ = load_golden("tiny_electra_small_padded_batch")
+    ids, types = arrays["input_ids"], arrays["token_type_ids"]
+    weights = npbert.load_weights(LARGE)
+    ours = npbert.embed(weights, ids, types, project=True)
+    for who, projected in (("transformers", arrays["projected"]), ("npbert", ours)):
+        np.save(tmp_path / f"{who}.npy", projected)
+        code, report, _ = compare(capsys, tmp_path / f"{who}.npy", LARGE, ids, types, tmp_path)
+        assert code == 0 and report["ok"], (who, report["stages"])
+    wrong = arrays["projected"] - weights.projection_bias
+    np.save(tmp_path / "wrong.npy", wrong)
+    code, report, _ = compare(capsys, tmp_path / "wrong.npy", LARGE, ids, types, tmp_path)
+    assert code == 1 and report["first_disagreeing_stage"] == "projected"
