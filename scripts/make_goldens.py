@@ -517,8 +517,14 @@ FAMILIES = (
     Family(
         "electra-small",
         ElectraForPreTraining,
-        {**BERT_SIZES, "hidden_size": 256, "num_attention_heads": 4, "embedding_size": 128,
-         "type_vocab_size": 2, "initializer_range": 0.2},  # fmt: skip
+        {
+            **BERT_SIZES,
+            "hidden_size": 256,
+            "num_attention_heads": 4,
+            "embedding_size": 128,
+            "type_vocab_size": 2,
+            "initializer_range": 0.2,
+        },
         WORDPIECE,
         ("word", "token_type", "position"),
         "LN((W + T) + P) at E; embeddings_project (E -> H, bias) after, where E != H",

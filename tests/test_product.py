@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from npbert.product import float64_weight, rounded_product
+from npbert.product import rounded_product, wide_weight
 
 
 def nearest_float32(exact: Fraction) -> np.float32:
@@ -33,7 +33,7 @@ def exactly_rounded(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) 
 
 def product(x, weight, bias=None) -> np.ndarray:
     out = np.empty((len(x), len(weight)), np.float32)
-    rounded_product(x, float64_weight(weight), bias, out)
+    rounded_product(x, wide_weight(weight, bias), out)
     return out
 
 
