@@ -24,7 +24,7 @@ __all__ = sorted(_EXPORTS)
 # The submodules that importing the exports loads with them: attributes of npbert once they
 # were loaded, as when `import npbert` imported the exports at once.
 _LOADED = ("checkpoint", "config", "cores", "embedding", "errors", "families", "fast", "inputs",
-           "model", "ragged")  # fmt: skip
+           "model", "product", "ragged")  # fmt: skip
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # for type checkers and editors, which do not run __getattr__; "X as X"

