@@ -575,20 +575,23 @@ def table(rows: list[tuple], header: tuple) -> str:
 
 
 def machine() -> str:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
+    """The CPU (model, family and model numbers, its widest SIMD), cores, memory, versions and
+    NumPy's BLAS."""
+    info = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())
+    flags = info.get("flags", "").split()
+    simd = "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "SSE"
+    cpu = (f"{info.get('model name', platform.processor())} (family {info.get('cpu family')}, "
+           f"model {info.get('model')}, {simd})")  # fmt: skip
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     import torch
 
     return (
-        f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB; Python "
-        f"{platform.python_version()}, NumPy {np.__version__}, torch {torch.__version__}"
+        f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB; Python {platform.python_version()}, "
+        f"NumPy {np.__version__} ({blas['name']} {blas['version']}), torch {torch.__version__}"
     )
 
 
