@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from npbert import __version__
-from npbert.checkpoint import NOT_FINITE, float32_trouble, largest_output
 from npbert.errors import InputError, WorkerLost
-from npbert.npyfile import load_npy
-from npbert.verify import DEFAULT_RTOL, STEPS, check_tolerance
+from npbert.loading.checkpoint import NOT_FINITE, float32_trouble, largest_output
+from npbert.loading.npyfile import load_npy
+from npbert.verify.stages import DEFAULT_RTOL, STEPS, check_tolerance
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +112,7 @@ def run(args) -> int:
 
 
 # The option of each input file (--ids-file and those that go with it), by the array it holds,
-# as npbert.inputs names it in its errors.
+# as npbert.layer.inputs names it in its errors.
 ID_FILES = {
     "input_ids": "ids_file",
     "token_type_ids": "token_type_ids_file",
@@ -173,12 +173,10 @@ def on_stdout():
         raise OSError(error.errno, f"cannot write to standard output ({reason})") from None
 
 
-# Where the layer is computed, and cli.py, whose own "NaN or Inf in the output" warning joins
-# them: NumPy's warnings from these lines are about the weights, and so are those NumPy gives
-# from its own files (a mean's sum overflowing: explain, vectors).
-LAYER_FILES = tuple(
-    os.path.join(os.path.dirname(__file__), name) for name in ("embedding.py", "fast.py", "cli.py")
-)
+# Where the layer is computed (npbert.layer), and cli.py, whose own "NaN or Inf in the output"
+# warning joins them: NumPy's warnings from these lines are about the weights, and so are those
+# NumPy gives from its own files (a mean's sum overflowing: explain, vectors).
+LAYER_FILES = os.path.join(os.path.dirname(__file__), "layer") + os.sep
 NUMPY_FILES = os.path.dirname(np.__file__) + os.sep
 
 
@@ -190,7 +188,7 @@ def say_warnings(caught: list) -> None:
         w
         for w in caught
         if issubclass(w.category, RuntimeWarning)
-        and (w.filename in LAYER_FILES or w.filename.startswith(NUMPY_FILES))
+        and (w.filename == __file__ or w.filename.startswith((LAYER_FILES, NUMPY_FILES)))
     ]
     for other in (w for w in caught if w not in numpy_said):
         warnings.showwarning(other.message, other.category, other.filename, other.lineno)
@@ -619,7 +617,7 @@ class ToEmbed:
     def reference_inputs(self) -> dict:
         """The inputs the layer takes, the family's defaults filled in, as compare() checks a
         candidate's: {name: array, or None where the layer takes none}."""
-        from npbert.inputs import prepare_inputs
+        from npbert.layer.inputs import prepare_inputs
 
         args = (self.input_ids, self.token_type_ids, self.position_ids, self.attention_mask)
         used = prepare_inputs(self.weights.config, *args)
@@ -726,7 +724,7 @@ def warn_other_positions(config, input_ids: np.ndarray, position_ids: np.ndarray
     positions wrongly (RoBERTa's from 0, not padding_idx + 1) and passes its own to compare
     would pass. (RoBERTa's padding takes position padding_idx; what a file gives it there is
     left alone.)"""
-    from npbert.inputs import own_position_ids
+    from npbert.layer.inputs import own_position_ids
 
     own = own_position_ids(config, input_ids)  # (L,) or input_ids' shape
     if own is None:
@@ -766,7 +764,7 @@ def warn_unmasked_padding(config, input_ids: np.ndarray) -> None:
 def check_id_files(args, config, input_ids, token_type_ids, position_ids, attention_mask) -> None:
     """The files' arrays checked as embed() checks them, an error naming the file as well as
     the array and index ("--ids-file ids.npy: input_ids[0, 2] = -1 is out of range ...")."""
-    from npbert.inputs import prepare_inputs
+    from npbert.layer.inputs import prepare_inputs
 
     try:
         prepare_inputs(config, input_ids, token_type_ids, position_ids, attention_mask)
@@ -780,7 +778,7 @@ def check_id_files(args, config, input_ids, token_type_ids, position_ids, attent
 
 
 def run_embed(args) -> int:
-    from npbert.fast import apply_projection
+    from npbert.layer.fast import apply_projection
     from npbert.model import embed, embed_stages
 
     if args.input is not None:
@@ -956,7 +954,7 @@ def run_embed_corpus(args) -> int:
         )  # fmt: skip
     else:
         from npbert.model import Embedder
-        from npbert.stream import embed_corpus
+        from npbert.stream.corpus import embed_corpus
 
         embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
         check_float32(embedder.weights, args.dtype)
@@ -969,7 +967,7 @@ def run_embed_corpus(args) -> int:
 
 def run_compare(args) -> int:
     from npbert.model import embed_stages
-    from npbert.verify import compare, format_report, load_candidate
+    from npbert.verify.stages import compare, format_report, load_candidate
 
     candidate = load_candidate(args.candidate)
     inputs = read_inputs(args)
@@ -1008,7 +1006,7 @@ def note_defaulted_inputs(args, report: dict, candidate: dict, weights) -> None:
     says so: the candidate may hold the right ones and the option have been forgotten, or (for
     positions) be wrong. So does a token_type stage that disagrees by being other rows of the
     table, for a candidate that gave no token_type_ids (a pair's, say)."""
-    from npbert.verify import other_token_types
+    from npbert.verify.stages import other_token_types
 
     for name, note in DEFAULTED.items():
         option, result = WITH_IDS[name], report["inputs"].get(name)
@@ -1041,7 +1039,7 @@ def to_json(value) -> str:
 
 
 def run_vectors(args) -> int:
-    from npbert.vectors import load_model, weights_of, write_vectors
+    from npbert.verify.vectors import load_model, weights_of, write_vectors
 
     model, reason = load_model(args.model, revision=args.revision, full=args.full)
     weights = weights_of(model)
@@ -1103,7 +1101,7 @@ def describe(config) -> str:
 
 def summary(weights, name: str, embeddings: np.ndarray, tokens, texts, ids=None) -> str:
     """A few readable lines: the model, the shape, and per sequence its tokens and end rows."""
-    from npbert.explain import format_row
+    from npbert.analysis.explain import format_row
 
     batch = embeddings if embeddings.ndim == 3 else embeddings[None]  # (B, L, H)
     lines = [
@@ -1128,7 +1126,7 @@ def summary(weights, name: str, embeddings: np.ndarray, tokens, texts, ids=None)
 
 
 def run_explain(args) -> int:
-    from npbert.explain import explain
+    from npbert.analysis.explain import explain
 
     weights, tokens, inputs = explained_inputs(args)
     say(f"model: {weights.source.get('model')}")
@@ -1177,7 +1175,7 @@ def one_sequence(input_ids, *others) -> tuple:
 
 
 def run_inspect(args) -> int:
-    from npbert.checkpoint import locate_checkpoint, scan_values
+    from npbert.loading.checkpoint import locate_checkpoint, scan_values
     from npbert.model import resolve
 
     if (args.model is None) == (args.model_option is None):
@@ -1217,8 +1215,8 @@ def check_tokenizer(directory: Path) -> None:
     """A fetched checkpoint's tokenizer files, read and held against its weights as the
     commands that embed texts read them: what fetch reports fetched, they take. A checkpoint
     without them, or of a family whose text is refused (RoFormer), is for ids alone: it passes."""
+    from npbert.loading.tokenize import tokenizer_file
     from npbert.model import Embedder, load_weights
-    from npbert.tokenize import tokenizer_file
 
     family = load_weights(directory).config.family
     if tokenizer_file(directory, vocab_txt=family.vocab_txt) and not family.no_text:
@@ -1226,7 +1224,7 @@ def check_tokenizer(directory: Path) -> None:
 
 
 def run_fetch(args) -> int:
-    from npbert import hub
+    from npbert.loading import hub
 
     if not args.model:  # Path("") is the current directory
         raise InputError("the repo id is empty: give a Hub repo id, such as bert-base-uncased")
@@ -1269,7 +1267,7 @@ def run_fetch(args) -> int:
 
 def add_positions_parser(commands) -> None:
     """`npbert positions`: the model's position table against the sinusoidal table."""
-    from npbert.positions import DEFAULT_PRETRAINING_LENGTH
+    from npbert.analysis.positions import DEFAULT_PRETRAINING_LENGTH
 
     positions = command(
         commands,
@@ -1306,8 +1304,8 @@ def run_positions(args) -> int:
     """Print the analysis (or its JSON); with --plot, draw the figure first, then say so after
     the numbers."""
     import npbert
-    from npbert.positions import analyse, format_report
-    from npbert.positions_plot import check_plot_path, plot_positions
+    from npbert.analysis.positions import analyse, format_report
+    from npbert.analysis.positions_plot import check_plot_path, plot_positions
 
     if args.plot is not None:
         check_plot_path(args.plot)

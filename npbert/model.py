@@ -8,11 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from npbert import fast
-from npbert.checkpoint import EmbeddingWeights, check_weights, load_checkpoint
 from npbert.errors import InputError
-from npbert.inputs import check_count, check_flag, prepare_inputs, shown
-from npbert.ragged import embed_encodings
+from npbert.layer import fast
+from npbert.layer.inputs import check_count, check_flag, prepare_inputs, shown
+from npbert.layer.ragged import embed_encodings
+from npbert.layer.weights import EmbeddingWeights, check_weights
+from npbert.loading.checkpoint import load_checkpoint
 
 
 def resolve(
@@ -24,7 +25,7 @@ def resolve(
     From the Hub only the embedding tensors are fetched, unless full=True. hub_options:
     token, cache_dir, local_files_only, with huggingface_hub's meanings.
     """
-    from npbert import hub
+    from npbert.loading import hub
 
     return hub.resolve(model, revision=revision, full=full, **hub_options)
 
@@ -66,8 +67,9 @@ def check_text(config) -> None:
 
 
 def checkpoint_tokenizer(directory, weights: EmbeddingWeights):
-    """The checkpoint's tokenizer (npbert.tokenize.load_tokenizer), as its family reads it."""
-    from npbert.tokenize import load_tokenizer
+    """The checkpoint's tokenizer (npbert.loading.tokenize.load_tokenizer), as its family
+    reads it."""
+    from npbert.loading.tokenize import load_tokenizer
 
     config = weights.config
     return load_tokenizer(
@@ -101,7 +103,7 @@ def embed_stages(
     project: bool = False,
 ) -> dict[str, np.ndarray]:
     """Every stage of the family's layer, in the order computed, in `dtype`: the readable
-    specification (npbert.embedding), the reference that `explain`, `compare` and `vectors`
+    specification (npbert.layer.embedding), the reference that `explain`, `compare` and `vectors`
     show. Arguments as embed(), but threads: this runs on the calling thread. The stages are
     named word, token_type, position, sum, embed_proj (DeBERTa's projection), normalized,
     embeddings (each where the family has it), and with project=True the projection after
@@ -122,7 +124,7 @@ def embed_stages(
         dtype,
     )
     if project and weights.config.projection == "after":
-        from npbert.embedding import linear
+        from npbert.layer.embedding import linear
 
         stages["projected"] = linear(
             stages["embeddings"], weights.projection_weight, weights.projection_bias
@@ -154,10 +156,10 @@ def embed(
     ALBERT, ELECTRA and RoFormer apply right after the module: the result is what the first
     encoder layer receives. Bad input raises InputError (a ValueError).
 
-    float32 runs the fast path (npbert.fast) on `threads` threads (default: every core the
+    float32 runs the fast path (npbert.layer.fast) on `threads` threads (default: every core the
     process may use), within 2e-6 of the readable embed_stages for outputs under about 8 (up to
     three float32 steps of the largest output beyond) where the word and position tables do not
-    cancel each other and LayerNorm spans more than 4 values (npbert.fast says when).
+    cancel each other and LayerNorm spans more than 4 values (npbert.layer.fast says when).
     dtype=np.float64 computes every step in float64 from the stored weights: the exact
     reference.
     """
@@ -207,13 +209,13 @@ class Embedder:
     """
 
     def __init__(self, weights: EmbeddingWeights, tokenizer):
-        from npbert.tokenize import Tokenizer
+        from npbert.loading.tokenize import Tokenizer
 
         check_weights(weights)
         check_text(weights.config)
         if not isinstance(tokenizer, Tokenizer):
             raise InputError(
-                f"tokenizer must be npbert.tokenize.Tokenizer (load_tokenizer), not "
+                f"tokenizer must be npbert.loading.tokenize.Tokenizer (load_tokenizer), not "
                 f"{type(tokenizer).__name__}"
             )
         config = weights.config
@@ -265,7 +267,7 @@ class Embedder:
         truncation: bool = False,
         max_length: int | None = None,
     ):
-        """Tokenize a batch: npbert.tokenize.Encoding with (B, L) arrays, padded to the
+        """Tokenize a batch: npbert.loading.tokenize.Encoding with (B, L) arrays, padded to the
         longest text (a single text is a batch of one). Arguments as __call__."""
         texts, pairs = _batch(texts, pairs)
         encodings = self._tokenize(texts, pairs, truncation, max_length)
@@ -281,7 +283,7 @@ class Embedder:
     ) -> np.ndarray:
         """embed() of an Encoding: its ids, its token types where the family has a table, its
         mask; dtype, project and threads as embed() takes them."""
-        from npbert.tokenize import Encoding
+        from npbert.loading.tokenize import Encoding
 
         if not isinstance(encoding, Encoding):
             raise InputError(
@@ -347,7 +349,7 @@ class Embedder:
         as embedder(text) gives it, (L_i, width) float32 and (L_i,) int64 with no padding.
 
         The texts are embedded batch_size at a time, each batch's tokens back to back as the
-        corpus job embeds them (npbert.ragged): no padding is computed, none is needed (a
+        corpus job embeds them (npbert.layer.ragged): no padding is computed, none is needed (a
         tokenizer without a pad token takes texts of any lengths), and beyond the outputs, the
         embedding's memory stays within one batch. The whole list is tokenized first, so that
         bad input is found before any work, and its Encodings are held to the end (a few

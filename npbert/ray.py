@@ -8,7 +8,7 @@
 `Embed` is the callable class for `Dataset.map_batches`: each actor loads the model once (a
 local directory, or a Hub repo id fetched into that node's cache: only the embedding
 tensors), and embeds on one thread. `embed_corpus_on_ray` is `npbert embed --engine ray`:
-the corpus job of npbert.stream with Ray actors in place of worker processes.
+the corpus job of npbert.stream.corpus with Ray actors in place of worker processes.
 
 The module is named for what it adds (npbert.ray); it does not shadow the ray package
 because imports are absolute (`import ray` here is the top-level package).
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from npbert.cores import cpus
 from npbert.errors import InputError, WorkerLost
-from npbert.inputs import check_count, shown
-from npbert.sources import Record
+from npbert.layer.cores import cpus
+from npbert.layer.inputs import check_count, shown
+from npbert.stream.sources import Record
 
 COLUMNS = ("embeddings", "input_ids", "token_type_ids", "lengths")
 OUT_OF_MEMORY = "MemoryError"  # EmbedChunks' error for a shard it had no memory for
@@ -71,7 +71,7 @@ class Embed:
 
     def __init__(self, model, *, revision=None, full=False, truncation=False, dtype="float32"):
         from npbert.model import Embedder
-        from npbert.stream import check_settings
+        from npbert.stream.corpus import check_settings
 
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the actor's one CPU
         check_settings(dtype, truncation)
@@ -79,7 +79,7 @@ class Embed:
         self.truncation, self.dtype = truncation, dtype
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from npbert.stream import shard_arrays
+        from npbert.stream.corpus import shard_arrays
 
         if "text" not in batch:
             raise InputError(f"the dataset has no 'text' column (its columns: {', '.join(batch)})")
@@ -103,7 +103,7 @@ def pinned_revision(model, revision: str | None) -> str | None:
     A directory, and a name this process finds neither on disk nor on the Hub nor in its
     cache (a directory on the actors' nodes only, or a driver offline), are left to the
     actors, with the revision as given."""
-    from npbert.hub import NotFound, resolve
+    from npbert.loading.hub import NotFound, resolve
 
     if not isinstance(model, str):  # a path object: a directory
         return revision
@@ -159,7 +159,7 @@ def embed_dataset(
     (default: default_actors) of `cpus_per_actor` CPUs each, on batches of `batch_size` texts.
     Order follows the input where the DataContext preserves it. A Hub repo's revision is
     resolved here, once (see pinned_revision)."""
-    from npbert.stream import check_settings
+    from npbert.stream.corpus import check_settings
 
     ray = _ray()
     check_settings(dtype, truncation)
@@ -193,7 +193,7 @@ def default_actors(cpus: float, cpus_per_actor: float) -> int:
     none: the Dataset then waits forever (ray.data.read_parquet on two CPUs, two actors of one
     CPU each). At least one, even where it holds every CPU (one CPU, or cpus_per_actor above
     the CPUs but one): then give actors and cpus_per_actor to leave one free."""
-    from npbert.stream import WORKERS_PER_CORE
+    from npbert.stream.corpus import WORKERS_PER_CORE
 
     most = max(1, int(WORKERS_PER_CORE * cpus))  # as the corpus job's actors: check_actors
     return min(max(1, int(max(cpus - 1, 0) // cpus_per_actor)), most)
@@ -203,7 +203,7 @@ def default_actors(cpus: float, cpus_per_actor: float) -> int:
 
 
 class EmbedChunks:
-    """The corpus job's actor: each row a chunk of the input (npbert.sources.Chunk) and its
+    """The corpus job's actor: each row a chunk of the input (npbert.stream.sources.Chunk) and its
     shard's name; returns the shard's arrays as one row, the texts back to back."""
 
     def __init__(self, model, *, revision=None, full=False, truncation=False, dtype="float32"):
@@ -234,8 +234,8 @@ class EmbedChunks:
         (OUT_OF_MEMORY, empty arrays): the error goes back in order with the shards, as data
         (raised here, Ray would hand the driver a wrapper without the InputError or
         MemoryError, and its traceback on the terminal)."""
-        from npbert.sources import read_chunk
-        from npbert.stream import shard_arrays
+        from npbert.stream.corpus import shard_arrays
+        from npbert.stream.sources import read_chunk
 
         embed = self.embed
         if embed is None:
@@ -259,7 +259,7 @@ class EmbedChunks:
 
 def check_actors(workers: int, cpus: float) -> None:
     """InputError for more actors than the local engine would start workers (each a process)."""
-    from npbert.stream import WORKERS_PER_CORE
+    from npbert.stream.corpus import WORKERS_PER_CORE
 
     if workers > WORKERS_PER_CORE * cpus:
         raise InputError(
@@ -277,7 +277,7 @@ def _lost() -> tuple:
 
 
 class RayEngine:
-    """npbert.stream's engine on a Ray cluster. The driver (this process) scans the input
+    """npbert.stream.corpus's engine on a Ray cluster. The driver (this process) scans the input
     into chunks, Ray Data hands them to `workers` actors (EmbedChunks), and the shards come
     back to the driver in input order (preserve_order), which writes and commits each one as
     the local job does: one writer, the same files, the same index, the same --resume."""
@@ -314,7 +314,7 @@ class RayEngine:
 
     def window(self, ray, directory: Path, items: list[dict]):
         """The shards of `items` (name, chunk), in input order, from one Dataset."""
-        from npbert.stream import out_of_memory, write_pending
+        from npbert.stream.corpus import out_of_memory, write_pending
 
         done = 0  # shards come back in input order: items[done] is the next
         batches = iter(self.dataset(ray, items).iter_batches(batch_size=1, batch_format="numpy"))
@@ -552,10 +552,10 @@ def embed_corpus_on_ray(
     dtype: str = "float32",
     progress: str | None = None,
 ) -> dict:
-    """npbert.stream.embed_corpus on a Ray cluster (`address`, or one started here) with
+    """npbert.stream.corpus.embed_corpus on a Ray cluster (`address`, or one started here) with
     `workers` actors: the same shards, index and --resume. Returns the index."""
     from npbert.model import Embedder
-    from npbert.stream import corpus_settings, run_job
+    from npbert.stream.corpus import corpus_settings, run_job
 
     embedder = Embedder.from_pretrained(model, revision=revision, full=full)  # for the index
     settings = corpus_settings(embedder, source, input_format, shard_bytes, truncation, dtype)

@@ -110,7 +110,7 @@ def speed(directory: Path, rounds: int) -> list[tuple]:
     import torch
 
     import npbert
-    from npbert import fast
+    from npbert.layer import fast
 
     weights = npbert.load_weights(directory)
     fast.centered_table(weights, "always")  # the steady state: see the "looked up" row
@@ -178,7 +178,7 @@ def accuracy_rows(directory: Path, minilm: Path) -> list[tuple]:
     import torch
 
     import npbert
-    from npbert.verify import ulps
+    from npbert.verify.stages import ulps
 
     rows = []
     rng = np.random.default_rng(4)
@@ -256,7 +256,7 @@ PROJECTIONS = [
 
 
 def products(rounds: int, rows: int = BATCH * LENGTH) -> list[tuple]:
-    """npbert's projection (npbert.product: the exact product rounded once) against float32
+    """npbert's projection (npbert.layer.product: the exact product rounded once) against float32
     BLAS (NumPy's matmul, as npbert projected before) and torch's Linear, on `rows` tokens:
     medians, and each one's max |diff| from the exact product and whether a row comes out the
     same alone as in the batch."""
@@ -286,7 +286,7 @@ def projections(weight: np.ndarray, bias: np.ndarray) -> dict:
     """Each contender, as a function of the rows (n, E) it projects to (n, H)."""
     import torch
 
-    from npbert.product import rounded_product, wide_weight
+    from npbert.layer.product import rounded_product, wide_weight
 
     wide = wide_weight(weight, bias)
     linear = torch.nn.Linear(weight.shape[1], weight.shape[0]).eval()
@@ -314,7 +314,7 @@ def projections(weight: np.ndarray, bias: np.ndarray) -> dict:
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent.
 PEAK_RSS = """
 import sys, numpy as np, npbert
-import npbert.hub, safetensors  # what loading a directory imports
+import npbert.loading.hub, safetensors  # what loading a directory imports
 if sys.argv[2] != "imports":
     weights = npbert.load_weights(sys.argv[1])
 if sys.argv[2] == "embed":
@@ -424,7 +424,7 @@ def npbert_corpus_job(model: Path, source: Path, workers: int, engine: str = "lo
     import shutil
 
     import npbert
-    from npbert.stream import embed_corpus
+    from npbert.stream.corpus import embed_corpus
 
     out = source.parent / f"out-{engine}-{workers}"
     shutil.rmtree(out, ignore_errors=True)
@@ -532,8 +532,8 @@ def float16_error(model: Path, count: int = 2000) -> dict[str, float]:
     """max |float16 - float32| of the corpus job's output, on all-MiniLM-L6-v2 and on random
     bert-base-shaped weights, for `count` sentences."""
     import npbert
-    from npbert.ragged import embed_encodings
-    from npbert.stream import tokenize
+    from npbert.layer.ragged import embed_encodings
+    from npbert.stream.corpus import tokenize
 
     texts = corpus(count)
     errors = {}
@@ -542,7 +542,7 @@ def float16_error(model: Path, count: int = 2000) -> dict[str, float]:
         minilm = npbert.Embedder.from_pretrained(model)
         for name, weights in (("all-MiniLM-L6-v2", minilm.weights),
                               ("bert-base shape", npbert.load_weights(base))):  # fmt: skip
-            from npbert.sources import Record
+            from npbert.stream.sources import Record
 
             records = [Record(f"text {i}", t) for i, t in enumerate(texts)]
             rows = embed_encodings(weights, tokenize(minilm, records, False))["embeddings"]

@@ -106,7 +106,7 @@ from transformers.models.mpnet import modeling_mpnet
 from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
 from transformers.models.xlm_roberta.modeling_xlm_roberta import XLMRobertaEmbeddings
 
-from npbert.vectors import SEEDS  # the seeds' sentences
+from npbert.verify.vectors import SEEDS  # the seeds' sentences
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"

@@ -3,7 +3,7 @@ has: a sequence comes out the same, bit for bit, alone as in a batch of any size
 any size, on any number of threads; projected too. tests/test_kernels.py runs this script under
 several forced OpenBLAS kernels (OPENBLAS_CORETYPE) and BLAS thread counts, and compares the
 digests it prints last: every output's, the same under any BLAS thread count; and of products
-alone, the same under any kernel too (npbert.product: the exact value, rounded once).
+alone, the same under any kernel too (npbert.layer.product: the exact value, rounded once).
 
     python tests/invariance.py      # prints what differs and exits 1; then the two digests
 """
@@ -18,8 +18,8 @@ import numpy as np
 from conftest import DATA, widened
 
 import npbert
-from npbert import fast
-from npbert.product import rounded_product, wide_weight
+from npbert.layer import fast
+from npbert.layer.product import rounded_product, wide_weight
 
 BATCHES = (2, 5, 24)
 BLOCKS = (fast.BLOCK, 16)  # as tuned, and small enough to cut sequences into pieces

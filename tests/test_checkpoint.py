@@ -104,7 +104,7 @@ def test_half_precision_checkpoints_load_as_float32(variant):
     weights = npbert.load_weights(DATA / variant)
     assert weights.word_embeddings.dtype == np.float32
     assert weights.layer_norm_weight.dtype == np.float32
-    # Read-only like float32's maps: npbert.fast's cached tables cannot go stale under an edit.
+    # Read-only like float32's maps: the fast path's cached tables cannot go stale under an edit.
     for name in ["word_embeddings", "position_embeddings", "layer_norm_weight"]:
         with pytest.raises(ValueError, match="read-only"):
             getattr(weights, name)[0] = 1
@@ -343,9 +343,9 @@ def test_an_array_marked_read_only_over_writable_memory_is_copied(owner):
     weights = npbert.load_weights(TINY)
     table, write = _marked_read_only_over(owner, weights.position_embeddings)
     edited = dataclasses.replace(weights, position_embeddings=table)
-    before = npbert.embed(edited, [2, 5, 3])  # npbert.fast makes its tables from them, once
+    before = npbert.embed(edited, [2, 5, 3])  # npbert.layer.fast makes its tables from them, once
     write(1, 3.0)  # the memory under the caller's array, after the fact
-    # The weights hold a copy, so they and npbert.fast's tables still agree
+    # The weights hold a copy, so they and npbert.layer.fast's tables still agree
     readable = npbert.embed_stages(edited, [2, 5, 3])["embeddings"]
     np.testing.assert_allclose(readable, before, rtol=0, atol=2e-6)
 
@@ -362,7 +362,7 @@ def test_widened_weights_cannot_be_made_writable_again(name):
 @pytest.mark.parametrize("copied", ["pickle", "deepcopy"])
 def test_weights_sent_to_another_process_stay_read_only(name, copied):
     """multiprocessing, joblib and Ray pickle the weights: they came back writable, and an
-    edit in place left npbert.fast's tables stale (embed 2.48 from embed_stages)."""
+    edit in place left npbert.layer.fast's tables stale (embed 2.48 from embed_stages)."""
     import copy
     import pickle
 
@@ -387,7 +387,7 @@ def test_both_a_legacy_and_a_current_name_are_refused_as_unclear(tmp_path):
 
 
 def test_scan_values_counts_nan_and_inf_and_where_the_first_is(tmp_path):
-    from npbert.checkpoint import locate_checkpoint, scan_values
+    from npbert.loading.checkpoint import locate_checkpoint, scan_values
 
     tensors = load_file(str(TINY / "model.safetensors"))
     words = tensors["bert.embeddings.word_embeddings.weight"]

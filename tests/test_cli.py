@@ -16,7 +16,7 @@ from conftest import DATA, TINY, no_special_tokens
 
 import npbert
 from npbert.cli import main
-from npbert.stream import read_corpus
+from npbert.stream.corpus import read_corpus
 
 SEEDS = ["The quick brown fox jumps over the lazy dog", "I am Sinan", "this is a test sentence"]
 
@@ -175,7 +175,7 @@ def test_an_option_given_by_the_start_of_its_name_is_named_not_guessed(capsys):
 def test_explain_says_a_learned_table_that_holds_the_sinusoids(capsys, tmp_path):
     """It said "not the fixed sinusoids" from the family alone, where `positions` said
     sinusoidal of the same table."""
-    from npbert.positions import sinusoidal_table
+    from npbert.analysis.positions import sinusoidal_table
 
     shape = npbert.load_weights(TINY).position_embeddings.shape
     model = tiny_words(tmp_path, sinusoidal_table(*shape), tensor="position_embeddings.weight")
@@ -233,11 +233,11 @@ def test_explain_walks_through_and_checks(capsys, minilm_dir):
         r"max \|diff\| = (\S+) \(equal within 1e-05\)",
         stdout,
     )
-    assert diff and float(diff[1]) <= 2e-6  # the fast path's tolerance (npbert.fast)
+    assert diff and float(diff[1]) <= 2e-6  # the fast path's tolerance (npbert.layer.fast)
 
 
 def test_explain_from_python_shows_the_default_token_types():
-    from npbert.explain import explain
+    from npbert.analysis.explain import explain
 
     weights = npbert.load_weights(TINY)
     text, equal = explain(weights, ["[CLS]", "a", "[SEP]"], [2, 5, 3], None, None)
@@ -254,7 +254,7 @@ def test_explain_from_python_shows_the_default_token_types():
 
 
 def test_explain_names_the_width_a_projection_makes():
-    from npbert.explain import explain
+    from npbert.analysis.explain import explain
 
     weights = npbert.load_weights(TINY.parent / "tiny-deberta-v2")  # E 16 -> H 32 inside
     config = weights.config
@@ -274,7 +274,7 @@ def test_explain_names_the_width_a_projection_makes():
     ],
 )
 def test_explain_from_python_refuses_what_is_not_one_tokenized_text(tokens, input_ids, message):
-    from npbert.explain import explain
+    from npbert.analysis.explain import explain
 
     with pytest.raises(npbert.InputError, match=re.escape(message)):
         explain(npbert.load_weights(TINY), tokens, input_ids, None, None)
@@ -298,7 +298,7 @@ def test_explain_checks_large_outputs_in_float32_steps(capsys, tmp_path):
 
 
 def test_explain_row_values_are_the_weights(capsys):
-    from npbert.explain import format_row
+    from npbert.analysis.explain import format_row
 
     weights = npbert.load_weights(TINY)
     _, stdout, _ = run(capsys, "explain", "i am", "--model", TINY)
@@ -601,7 +601,7 @@ def test_summary_counts_a_literal_pad_in_the_text_as_a_token(capsys, minilm_dir)
     assert code == 0 and expected.tokens == ["[CLS]", "hello", "[PAD]", "world", "[SEP]"]
     assert "    5 tokens: [CLS] hello [PAD] world [SEP]\n" in stdout
     assert f"    input_ids: {' '.join(map(str, expected.input_ids))}\n" in stdout
-    from npbert.explain import format_row
+    from npbert.analysis.explain import format_row
 
     first_text = stdout.split("[1] ")[0]
     assert f"last  {format_row(expected.embeddings[-1])}" in first_text  # [SEP], not padding
@@ -717,39 +717,6 @@ def main_process(*argv, before: str = "") -> subprocess.CompletedProcess:
     module, function = script.module, script.attr
     code = f"{before}\nimport sys; from {module} import {function}; sys.exit({function}())"
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, timeout=60)
-
-
-# A Ctrl-C while NumPy is imported, turned into an ImportError as NumPy's own imports do with
-# a KeyboardInterrupt raised inside them ("your NumPy install is broken", exit 1).
-CTRL_C_ON_IMPORT = """
-import signal, sys
-class CtrlC:
-    def find_spec(self, name, path=None, target=None):
-        if name == "numpy":
-            try:
-                signal.raise_signal(signal.SIGINT)
-            except KeyboardInterrupt:
-                raise ImportError("as NumPy turns it") from None
-sys.meta_path.insert(0, CtrlC())
-"""
-
-
-def test_ctrl_c_while_the_command_starts_up_ends_it_without_a_traceback():
-    result = main_process("inspect", str(TINY), before=CTRL_C_ON_IMPORT)
-    assert result.returncode == 130
-    assert result.stderr == b"npbert: interrupted\n" and result.stdout == b""
-
-
-def test_import_npbert_loads_no_numpy_until_an_export_is_used():
-    code = (
-        "import sys, npbert; assert 'numpy' not in sys.modules; npbert.embed; "
-        "assert 'numpy' in sys.modules; assert npbert.fast.BLOCK; print(sorted(npbert.__all__))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
-    assert result.returncode == 0, result.stderr.decode()
-    assert result.stdout.decode().strip() == str(sorted(npbert.__all__))
-    with pytest.raises(AttributeError, match="has no attribute 'nonesuch'"):
-        npbert.nonesuch  # noqa: B018
 
 
 def subcommands() -> dict:
@@ -1024,7 +991,7 @@ def test_float32_trouble_counts_every_step_that_scales(name, change):
     """Each of these passed the bound, and a corpus of them was written wrong, unwarned."""
     import dataclasses
 
-    from npbert.checkpoint import float32_trouble
+    from npbert.loading.checkpoint import float32_trouble
 
     weights = npbert.load_weights(DATA / name)
     assert float32_trouble(weights) is None
@@ -1220,7 +1187,7 @@ def test_the_quote_hint_is_for_words_not_options(capsys):
 
 def test_explain_prints_huge_values_in_e_notation():
     """A float32 of 3e38 (a broken table's) took 45 digits of fixed point."""
-    from npbert.explain import format_row
+    from npbert.analysis.explain import format_row
 
     row = format_row(np.array([3e38, -2e4, 1.5, np.nan, 9999.5], np.float32))
     assert row == "[3.000e+38 -2.000e+04  1.5000     nan 9999.5000]"
@@ -1255,7 +1222,7 @@ def test_explain_keeps_where_sentence_b_begins_in_a_long_pair(capsys):
 def test_explain_walks_through_ids_from_files(tmp_path, capsys):
     """RoFormer's tokenizer cannot run here, so explain, which took only a TEXT, could not
     walk through a RoFormer at all; a port's own ids could not be walked through either."""
-    from npbert.explain import format_row
+    from npbert.analysis.explain import format_row
 
     np.save(tmp_path / "ids.npy", np.array([[2, 40, 41, 3]]))  # (1, L): one sequence
     np.save(tmp_path / "types.npy", np.array([[0, 0, 1, 1]]))

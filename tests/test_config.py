@@ -12,7 +12,7 @@ from safetensors.numpy import load_file, save_file
 
 import npbert
 from npbert import InputError
-from npbert.families import FAMILIES, REFUSED
+from npbert.layer.families import FAMILIES, REFUSED
 
 
 def checkpoint(tmp_path, changes=None, *, config=False, rename=None):

@@ -1,11 +1,11 @@
-"""The cores a process may use: its affinity and its cgroup's CPU quota (npbert.cores)."""
+"""The cores a process may use: its affinity and its cgroup's CPU quota (npbert.layer.cores)."""
 
 import os
 from pathlib import Path
 
 import pytest
 
-from npbert import cores
+from npbert.layer import cores
 
 
 def cgroup_tree(root: Path, files: dict[str, str]) -> Path:

@@ -12,10 +12,10 @@ from conftest import DATA, TESTS, family_golden_names, load_golden
 from safetensors.numpy import load_file, save_file
 
 import npbert
-from npbert.families import FAMILIES
-from npbert.inputs import prepare_inputs
-from npbert.vectors import LONGEST
-from npbert.verify import DEFAULT_ATOL, FLOAT64_ATOL, default_atol, stage_atols, ulps
+from npbert.layer.families import FAMILIES
+from npbert.layer.inputs import prepare_inputs
+from npbert.verify.stages import DEFAULT_ATOL, FLOAT64_ATOL, default_atol, stage_atols, ulps
+from npbert.verify.vectors import LONGEST
 
 ARGUMENTS = {"input_ids", "token_type_ids", "position_ids", "mask"}  # as the modules name them
 ARGUMENTS_ORDER = ("input_ids", "token_type_ids", "position_ids", "attention_mask")  # npbert's
@@ -71,7 +71,7 @@ def test_projection_is_what_the_first_layer_receives(golden):
         assert weights.config.projection != "after"
         return
     # Each within what correct products of the precision can differ by, from the float64
-    # reference: the projection's length and size decide how far (npbert.verify.product_atol).
+    # reference: the projection's length and size decide how far (product_atol).
     reference = npbert.embed_stages(weights, **kwargs, project=True, dtype=np.float64)
     precisions = ((np.float32, DEFAULT_ATOL), (np.float64, FLOAT64_ATOL))
     float32, float64 = (stage_atols(reference, weights, *p)["projected"] for p in precisions)
@@ -468,7 +468,7 @@ TOKENIZED = sorted(p.name for p in DATA.glob("tiny-*") if (p / "tokenizer.json")
 
 @pytest.mark.parametrize("name", TOKENIZED)
 def test_embed_each_gives_each_text_as_alone_for_every_family(name):
-    # embed_each embeds a batch's tokens back to back (npbert.ragged): no padding, and bit for
+    # embed_each embeds a batch's tokens back to back (npbert.layer.ragged): no padding, and bit for
     # bit what each text gives alone, whatever the family numbers positions from
     embedder = npbert.Embedder.from_pretrained(DATA / name)
     texts = ["hello world", "a", "this is a longer sentence of text"]

@@ -13,18 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import npbert
-from npbert import fast
-from npbert.cores import cpus
+from npbert.layer import fast
+from npbert.layer.cores import cpus
 
-FAST_TOLERANCE = 2e-6  # max |fast - readable|: they round in a different order (npbert.fast)
-# Blocks as tuned for speed (npbert.fast.BLOCK, 512 tokens) hold a whole sequence of every
+FAST_TOLERANCE = 2e-6  # max |fast - readable|: they round in a different order (npbert.layer.fast)
+# Blocks as tuned for speed (npbert.layer.fast.BLOCK, 512 tokens) hold a whole sequence of every
 # checkpoint here; smaller ones also cut sequences into pieces and leave a short last block.
 BLOCKS = (None, 16, 64)
 
 
 @contextlib.contextmanager
 def blocks_of(tokens: int | None):
-    """npbert.fast's blocks of `tokens` (None: as tuned) inside the `with`."""
+    """npbert.layer.fast's blocks of `tokens` (None: as tuned) inside the `with`."""
     tuned = fast.BLOCK
     fast.BLOCK = tokens or tuned
     try:
@@ -126,7 +126,7 @@ def test_float32_weights_are_memory_mapped_not_copied(models):
 
 
 def test_the_output_sits_at_the_word_tables_offset_in_a_page(models):
-    # So the lookup's copies never write just past where they read (npbert.fast.empty); one
+    # So the lookup's copies never write just past where they read (npbert.layer.fast.empty); one
     # block's output is too small for it to matter.
     weights = models["minilm"]
     for shape in [(3, 200), (40, 128), (fast.BLOCK + 1, 1)]:
@@ -168,7 +168,7 @@ def test_token_types_in_runs_stay_close_and_batch_invariant(
 
 def test_the_centered_word_table_changes_no_bit(minilm_dir):
     # Word rows are centered as they are looked up, or from a table centered once: the same
-    # float32 operations, so the same result (npbert.fast's docstring).
+    # float32 operations, so the same result (npbert.layer.fast's docstring).
     weights = npbert.load_weights(minilm_dir)
     fast.centered_table(weights, "never")
     ids = np.random.default_rng(3).integers(0, 30522, (4, 100))
@@ -251,7 +251,7 @@ CHECKPOINTS = sorted(path.name for path in DATA.glob("tiny-*"))
 def test_a_token_comes_out_the_same_in_a_block_of_any_size(name):
     """One-token blocks too: DeBERTa's projection of a single row went through BLAS's
     matrix-vector product, which rounds differently (3.6e-7 here)."""
-    from npbert.ragged import prepare
+    from npbert.layer.ragged import prepare
 
     weights = npbert.load_weights(DATA / name)
     count = fast.BLOCK + 1  # the last block holds one token, in blocks of any size here
@@ -269,7 +269,7 @@ def test_a_token_comes_out_the_same_in_a_block_of_any_size(name):
 def test_default_positions_add_the_tables_first_rows_and_change_no_bit(name):
     """With token type 0 (or none) at positions 0..L-1, a sequence adds the (type, position)
     table's first L rows as they lie, with no lookup: the same bits as looking them up."""
-    from npbert.inputs import prepare_inputs
+    from npbert.layer.inputs import prepare_inputs
 
     weights = npbert.load_weights(DATA / name)
     config = weights.config
@@ -294,8 +294,8 @@ def test_default_positions_add_the_tables_first_rows_and_change_no_bit(name):
 def test_texts_back_to_back_gather_their_rows_per_block_not_a_tile_as_big_as_the_output():
     """A shard's texts run as one (N,) sequence: its added rows are gathered a block at a
     time, never into one (N, E) tile; only the default positions are flagged as 0..L-1."""
-    from npbert.inputs import prepare_inputs
-    from npbert.ragged import prepare
+    from npbert.layer.inputs import prepare_inputs
+    from npbert.layer.ragged import prepare
 
     weights = npbert.load_weights(DATA / "tiny-bert")
     config = weights.config
@@ -429,7 +429,7 @@ def test_a_helper_that_cannot_start_leaves_its_work_to_the_others(monkeypatch):
 
 
 def test_the_callers_numpy_buffer_size_is_left_as_it_was(models, monkeypatch):
-    """Blocks of wide rows divide with a one-row ufunc buffer (npbert.fast.row_buffer), set
+    """Blocks of wide rows divide with a one-row ufunc buffer (npbert.layer.fast.row_buffer), set
     on each thread that works and restored as it leaves, after an error too."""
     weights = models["minilm"]  # rows of 384: wide enough
     ids = np.random.default_rng(0).integers(0, 30522, (4, 128))
@@ -518,7 +518,7 @@ def test_a_projection_before_the_layer_norm_keeps_the_fast_path_accurate(tmp_pat
 def test_at_a_width_of_two_the_fast_path_stays_the_closer_to_float64(tmp_path):
     """A LayerNorm over 2 values, a toy's width: a token whose values nearly agree has a variance
     near eps, and both float32 paths lose digits there, past the 2e-6 that holds between them
-    at real widths (npbert.fast); the fast one loses fewer."""
+    at real widths (npbert.layer.fast); the fast one loses fewer."""
     import json
 
     from safetensors.numpy import save_file

@@ -178,7 +178,7 @@ def test_a_failed_write_names_the_file_asked_for(tmp_path, error):
 
 
 class HTTPError(OSError):
-    """As requests' HTTPError: an OSError without errno, which npbert.hub turns to words."""
+    """As requests' HTTPError: an OSError without errno, which npbert.loading.hub turns to words."""
 
 
 def test_an_error_that_is_not_a_files_passes_through_unnamed(tmp_path):

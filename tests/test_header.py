@@ -1,4 +1,4 @@
-"""npbert.header refuses exactly the safetensors files the safetensors library refuses."""
+"""npbert.loading.header refuses exactly the safetensors files the safetensors library refuses."""
 
 import json
 import re
@@ -8,7 +8,7 @@ from conftest import TINY
 from safetensors import SafetensorError, safe_open
 
 from npbert.errors import InputError
-from npbert.header import parse_header, read_file_header, require_floats
+from npbert.loading.header import parse_header, read_file_header, require_floats
 
 RAW = (TINY / "model.safetensors").read_bytes()
 LENGTH = int.from_bytes(RAW[:8], "little")

@@ -239,7 +239,7 @@ def test_the_same_commit_gives_the_same_file_and_vectors(hub, tmp_path):
 
 
 def local_tensors(directory):
-    from npbert.checkpoint import locate_checkpoint
+    from npbert.loading.checkpoint import locate_checkpoint
 
     return locate_checkpoint(directory)[1].values()
 
@@ -1103,7 +1103,7 @@ def test_a_full_file_with_an_npbert_record_it_did_not_write_loads(hub, tmp_path,
     hub.add("test/record", directory)
     assert hub.run("fetch", "test/record", "--full").returncode == 0
     assert hub.run("fetch", "test/record", "--full", "--offline").returncode == 0  # cached
-    code = "from npbert.hub import fetch; print(fetch('test/record', full=True).full_bytes)"
+    code = "from npbert.loading.hub import fetch; print(fetch('test/record', full=True).full_bytes)"
     cached = hub.python(code, HF_HUB_OFFLINE="1")
     assert cached.stdout == f"{(directory / 'model.safetensors').stat().st_size}\n", cached.stderr
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import npbert
 from npbert import InputError
-from npbert.embedding import normalize
+from npbert.layer.embedding import normalize
 
 
 class Tensor:
@@ -172,8 +172,8 @@ def test_threads_must_be_a_positive_whole_number(weights, threads):
 
 def test_threads_are_at_most_four_a_core(weights):
     """threads=10**6 started a thread a block (299 for 600 x 256), which the pool then kept."""
-    from npbert.cores import cpus
-    from npbert.fast import _pool
+    from npbert.layer.cores import cpus
+    from npbert.layer.fast import _pool
 
     most = 4 * cpus()
     ids = np.full((8 * most, 128), 5)  # 4 rows a block of 512 tokens: 2 blocks a thread
@@ -232,7 +232,7 @@ def test_embed_and_embedder_refuse_what_is_not_weights(bad):
 
 
 def test_embedder_refuses_a_tokenizer_of_another_kind(weights):
-    with pytest.raises(InputError, match=r"tokenizer must be npbert\.tokenize\.Tokenizer"):
+    with pytest.raises(InputError, match=r"tokenizer must be npbert\.loading\.tokenize\.Tokenizer"):
         npbert.Embedder(weights, None)
 
 

@@ -8,12 +8,12 @@ from conftest import TINY
 
 import npbert
 from npbert.atomic import building_directory, write_atomically
-from npbert.checkpoint import load_checkpoint, locate_checkpoint
-from npbert.npyfile import load_npy, load_npz
-from npbert.stream import embed_corpus, read_corpus
-from npbert.tokenize import load_tokenizer
-from npbert.vectors import write_vectors
-from npbert.verify import load_candidate
+from npbert.loading.checkpoint import load_checkpoint, locate_checkpoint
+from npbert.loading.npyfile import load_npy, load_npz
+from npbert.loading.tokenize import load_tokenizer
+from npbert.stream.corpus import embed_corpus, read_corpus
+from npbert.verify.stages import load_candidate
+from npbert.verify.vectors import write_vectors
 
 
 class Where(os.PathLike):

@@ -13,8 +13,8 @@ import pytest
 from conftest import DATA, TINY
 
 import npbert
+from npbert.analysis.positions import analyse, format_report, sinusoidal_table
 from npbert.cli import main
-from npbert.positions import analyse, format_report, sinusoidal_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DISTILBERT = DATA / "tiny-distilbert-sinusoidal"  # made by transformers, sinusoidal_pos_embds
@@ -39,7 +39,7 @@ def run(capsys, *argv):
 
 
 def test_module_imports_nothing_but_numpy_at_module_level():
-    tree = ast.parse((ROOT / "npbert" / "positions.py").read_text())
+    tree = ast.parse((ROOT / "npbert" / "analysis" / "positions.py").read_text())
     imported = {
         alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names
     }
@@ -205,7 +205,7 @@ def test_the_last_pretrained_position_is_a_row_of_its_own_unless_it_is_the_last(
 def test_plot_is_written_and_reads_back(tmp_path, capsys, minilm_dir):
     from matplotlib.image import imread
 
-    from npbert.positions_plot import DPI, FIGSIZE
+    from npbert.analysis.positions_plot import DPI, FIGSIZE
 
     path = tmp_path / "positions.png"
     code, out, _ = run(capsys, "positions", "--model", minilm_dir, "--plot", path)
@@ -220,7 +220,7 @@ def test_plot_is_written_and_reads_back(tmp_path, capsys, minilm_dir):
 
 @pytest.mark.parametrize("suffix, magic", [(".svg", b"<?xml"), (".pdf", b"%PDF")])
 def test_plot_in_vector_formats(tmp_path, suffix, magic):
-    from npbert.positions_plot import plot_positions
+    from npbert.analysis.positions_plot import plot_positions
 
     table = transformer_sinusoids(64, 16)
     path = tmp_path / f"positions{suffix}"

@@ -1,4 +1,4 @@
-"""npbert.product: every value of a projection is the exact product rounded once to float32,
+"""npbert.layer.product: every value of a projection is the exact product rounded once to float32,
 checked against exact rational arithmetic, so a row's bits cannot depend on its batch or on
 BLAS."""
 
@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from npbert.product import rounded_product, wide_weight
+from npbert.layer.product import rounded_product, wide_weight
 
 
 def nearest_float32(exact: Fraction) -> np.float32:

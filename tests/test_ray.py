@@ -29,7 +29,7 @@ from test_cli import tiny_words
 from test_stream import _run, committed, corpus_lines
 
 import npbert
-from npbert.stream import embed_corpus, read_corpus
+from npbert.stream.corpus import embed_corpus, read_corpus
 
 
 @pytest.fixture(scope="module")
@@ -338,7 +338,7 @@ def test_an_actor_out_of_memory_stops_the_run_in_one_line(tmp_path, monkeypatch,
 
     (tmp_path / "c.txt").write_text("\n".join(corpus_lines(60, seed=3)) + "\n")
     actor, calls = engine.EmbedChunks(minilm_dir), []
-    shard_arrays = npbert.stream.shard_arrays
+    shard_arrays = npbert.stream.corpus.shard_arrays
 
     def short_of_memory(*args):
         calls.append(1)
@@ -354,7 +354,7 @@ def test_an_actor_out_of_memory_stops_the_run_in_one_line(tmp_path, monkeypatch,
             for item in self.items:
                 yield actor({key: np.array([value], object) for key, value in item.items()})
 
-    monkeypatch.setattr(npbert.stream, "shard_arrays", short_of_memory)
+    monkeypatch.setattr(npbert.stream.corpus, "shard_arrays", short_of_memory)
     monkeypatch.setattr(engine, "connect", lambda ray, address: False)
     monkeypatch.setattr(engine.RayEngine, "dataset", lambda self, ray, items: Dataset(items))
     with pytest.raises(npbert.WorkerLost, match="out of memory embedding shard-00002 \\("):
@@ -716,16 +716,16 @@ def test_actors_load_the_commit_the_driver_resolved(tmp_path, monkeypatch):
     commit says, silently."""
     import dataclasses
 
-    import npbert.hub
+    import npbert.loading.hub
     import npbert.ray as engine
-    import npbert.stream
+    import npbert.stream.corpus
 
     weights = npbert.load_weights(TINY)
     pinned = dataclasses.replace(weights, source={"model": "org/m", "commit": "c0ffee" * 6})
     embedder = npbert.Embedder.from_pretrained(TINY)
     monkeypatch.setattr(embedder, "weights", pinned, raising=False)
     monkeypatch.setattr(npbert.Embedder, "from_pretrained", lambda *a, **k: embedder)
-    monkeypatch.setattr(npbert.stream, "run_job", lambda settings, out, job, **k: job)
+    monkeypatch.setattr(npbert.stream.corpus, "run_job", lambda settings, out, job, **k: job)
     (tmp_path / "c.txt").write_text("a b\n")
     job = engine.embed_corpus_on_ray("org/m", tmp_path / "c.txt", tmp_path / "out")
     assert job.revision == "c0ffee" * 6
@@ -734,7 +734,9 @@ def test_actors_load_the_commit_the_driver_resolved(tmp_path, monkeypatch):
         def map_batches(self, function, fn_constructor_kwargs, **options):
             return fn_constructor_kwargs
 
-    monkeypatch.setattr(npbert.hub, "resolve", lambda model, revision: (TINY, pinned.source))
+    monkeypatch.setattr(
+        npbert.loading.hub, "resolve", lambda model, revision: (TINY, pinned.source)
+    )
     kwargs = engine.embed_dataset(Dataset(), "org/m", actors=1)
     assert kwargs["revision"] == "c0ffee" * 6
 

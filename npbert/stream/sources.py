@@ -30,10 +30,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError
-from npbert.inputs import shown
-from npbert.npyfile import given_file
+from npbert.layer.inputs import shown
+from npbert.loading.config import JSON_ERRORS, json_problem
+from npbert.loading.npyfile import given_file
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
 BLOCK = 1 << 20  # bytes read at a time while checking a prefix

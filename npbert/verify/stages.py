@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from npbert.errors import InputError, first_line
-from npbert.inputs import check_mask, indexed, shown
-from npbert.npyfile import given_file, load_npy, load_npz
+from npbert.layer.inputs import check_mask, indexed, shown
+from npbert.loading.npyfile import given_file, load_npy, load_npz
 
-# Every stage name a family may have (npbert.embedding), for reading a candidate's arrays.
+# Every stage name a family may have (npbert.layer.embedding), for reading a candidate's arrays.
 STAGES = (
     "word",
     "token_type",
@@ -200,8 +200,8 @@ def _load_safetensors(path: Path) -> dict:
     NumPy cannot hold (float8) refused by name."""
     from safetensors import safe_open
 
-    from npbert.checkpoint import STORED, describe, read_tensor
-    from npbert.header import read_file_header
+    from npbert.loading.checkpoint import STORED, describe, read_tensor
+    from npbert.loading.header import read_file_header
 
     try:
         data_start, tensors = read_file_header(path)

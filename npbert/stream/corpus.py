@@ -1,8 +1,8 @@
 """Embedding a corpus larger than memory: `npbert embed --input FILE|DIR --out DIR`.
 
-The input (npbert.sources: .txt, .jsonl, Parquet, a directory of them, or `-` for standard
+The input (npbert.stream.sources: .txt, .jsonl, Parquet, a directory of them, or `-` for standard
 input) is cut into chunks of about `shard_bytes` bytes, and each chunk becomes one shard,
-its texts embedded back to back without padding (npbert.ragged), in input order:
+its texts embedded back to back without padding (npbert.layer.ragged), in input order:
 
     DIR/index.json                    model, checkpoint digest, input, settings, shards, what
                                       of the input they hold (texts, bytes, sha256),
@@ -38,17 +38,17 @@ from pathlib import Path
 
 import numpy as np
 
-from npbert import fast
 from npbert.atomic import is_temporary, write_atomically
-from npbert.config import JSON_ERRORS, json_problem
-from npbert.cores import cpus
 from npbert.errors import InputError, WorkerLost
-from npbert.inputs import check_count, check_flag, check_path, shown
+from npbert.layer import fast
+from npbert.layer.cores import cpus
+from npbert.layer.inputs import check_count, check_flag, check_path, shown
+from npbert.layer.ragged import embed_encodings
+from npbert.loading.config import JSON_ERRORS, json_problem
+from npbert.loading.npyfile import check_header, load_npy, regular_file
 from npbert.model import Embedder, check_embedder, check_encodings
-from npbert.npyfile import check_header, load_npy, regular_file
-from npbert.progress import Progress, check_mode
-from npbert.ragged import embed_encodings
-from npbert.sources import (
+from npbert.stream.progress import Progress, check_mode
+from npbert.stream.sources import (
     Chunk,
     Consumed,
     chunks,
@@ -407,7 +407,7 @@ def commit_shard(
 
 
 def shard_arrays(embedder: Embedder, records: list, truncation: bool, dtype: str) -> dict:
-    """A chunk's records -> the shard's arrays (npbert.ragged), on one thread."""
+    """A chunk's records -> the shard's arrays (npbert.layer.ragged), on one thread."""
     encodings = tokenize(embedder, records, truncation)
     arrays = embed_encodings(embedder.weights, encodings, threads=1)
     arrays["embeddings"] = arrays["embeddings"].astype(dtype, copy=False)

@@ -13,10 +13,10 @@ delete it with the revision:
 
 {cache} is cache_dir, else HF_HUB_CACHE. Requests go through huggingface_hub's session with its
 headers and token (token=, HF_TOKEN or `hf auth login`); npbert parses and checks each weights
-file's header itself (npbert.header) and checks every range it gets (npbert.ranges). The
-directory is built under a temporary name and renamed into place under the lock, so an
-interrupted fetch never leaves anything that loads, two processes can fetch at once, and the
-temporaries an interrupted fetch leaves are removed by the next one.
+file's header itself (npbert.loading.header) and checks every range it gets
+(npbert.loading.ranges). The directory is built under a temporary name and renamed into place
+under the lock, so an interrupted fetch never leaves anything that loads, two processes can
+fetch at once, and the temporaries an interrupted fetch leaves are removed by the next one.
 
 A cached model loads with no network call, a branch or tag through the Hub cache's refs;
 `npbert fetch` asks the Hub again and repairs a damaged entry. With full=True (`--full`) the
@@ -41,7 +41,9 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 
 from npbert.atomic import building_directory
-from npbert.checkpoint import (
+from npbert.errors import InputError, first_line
+from npbert.layer.inputs import check_flag, check_path
+from npbert.loading.checkpoint import (
     INDEX_FILE,
     WEIGHTS_FILE,
     checked_config,
@@ -51,17 +53,15 @@ from npbert.checkpoint import (
     no_safetensors,
     read_index,
 )
-from npbert.config import JSON_ERRORS, read_config
-from npbert.errors import InputError, first_line
-from npbert.header import (
+from npbert.loading.config import JSON_ERRORS, read_config
+from npbert.loading.header import (
     TensorHeader,
     header_length,
     parse_header,
     read_file_header,
     require_floats,
 )
-from npbert.inputs import check_flag, check_path
-from npbert.ranges import RangeIgnored, get_range, network_errors
+from npbert.loading.ranges import RangeIgnored, get_range, network_errors
 
 logger = logging.getLogger(__name__)
 
@@ -677,7 +677,7 @@ def repo_lock(path: Path, repo_id: str):
 
 def embedding_tensors(names: Iterable[str], config: dict, where: str) -> dict[str, str]:
     """EmbeddingWeights field -> name of each tensor npbert reads, among a checkpoint's tensor
-    names. The Hub path's one question to npbert.checkpoint about which tensors make a
+    names. The Hub path's one question to npbert.loading.checkpoint about which tensors make a
     model's embedding layer; config is the repo's parsed config.json, whose model_type picks
     the family's tensors, a projection included."""
     return embedding_tensor_names(config, names, where)[1]
@@ -926,7 +926,7 @@ def _locate_embeddings(repo_id, commit, files, config, access) -> tuple[dict, di
 
 def remote_header(repo_id: str, filename: str, commit: str, access: Access) -> RemoteFile:
     """A weights file's header on the Hub, with two Range requests (its length, then the
-    header), checked by npbert.header as a local file is checked."""
+    header), checked by npbert.loading.header as a local file is checked."""
     from huggingface_hub import hf_hub_url
 
     url = hf_hub_url(repo_id, filename, revision=commit)

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from npbert.atomic import building_directory
-from npbert.checkpoint import NOT_FINITE, EmbeddingWeights, float32_trouble
 from npbert.errors import InputError
-from npbert.inputs import check_path
+from npbert.layer.inputs import check_path
+from npbert.layer.weights import EmbeddingWeights
+from npbert.loading.checkpoint import NOT_FINITE, float32_trouble
+from npbert.loading.tokenize import tokenizer_file, tokenizer_files
 from npbert.model import Embedder, checkpoint_tokenizer, embed_stages, resolve_weights
-from npbert.tokenize import tokenizer_file, tokenizer_files
-from npbert.verify import DEFAULT_ATOL, FLOAT64_ATOL, STEPS, check_finite, stage_atols
+from npbert.verify.stages import DEFAULT_ATOL, FLOAT64_ATOL, STEPS, check_finite, stage_atols
 
 SEEDS = [
     "The quick brown fox jumps over the lazy dog",
@@ -91,7 +92,7 @@ and for a float64 one. That is 1e-5 (float32) or 1e-12 (float64), or where the s
 are large, {STEPS} steps of the precision at its largest |value|, as 1e-5 is less than one
 float32 step from 128 up; for a stage that is a matrix product (projected, embed_proj), more
 where a product of its length and size can differ by more, computed correctly in that
-precision from an input within its own stage's atol (npbert.verify.product_atol).
+precision from an input within its own stage's atol (npbert.verify.stages.product_atol).
 `.npy` is NumPy's simple format: a header, then raw little-endian data in C order; readers
 exist for most languages.
 
@@ -355,7 +356,7 @@ def write_vectors(model: Embedder | EmbeddingWeights, directory: str | os.PathLi
 
 def _arrays(weights, case: dict) -> dict[str, np.ndarray]:
     """The case's inputs as the layer used them and every stage in float32 and float64."""
-    from npbert.inputs import prepare_inputs
+    from npbert.layer.inputs import prepare_inputs
 
     types = case["token_type_ids"] if weights.config.type_vocab_size else None
     mask = case.get("attention_mask")

@@ -10,7 +10,7 @@ import sys
 import time
 
 from npbert.errors import InputError
-from npbert.inputs import shown
+from npbert.layer.inputs import shown
 
 MODES = ("bar", "lines", None)
 

@@ -9,7 +9,7 @@ LayerNorm over its own H values), so the texts' tokens can go through as one run
     position_ids    (N,)   restarting at each text, as the family numbers them
     -> embeddings   (N, E) each text's rows where its ids are: a shard as written to disk
 
-npbert.fast computes each token the same way whatever surrounds it, so a text's rows here
+npbert.layer.fast computes each token the same way whatever surrounds it, so a text's rows here
 are bit for bit those of the text embedded alone (tests/test_stream.py checks it).
 """
 
@@ -17,9 +17,9 @@ from itertools import chain
 
 import numpy as np
 
-from npbert import fast
 from npbert.errors import InputError
-from npbert.inputs import Inputs, check_range
+from npbert.layer import fast
+from npbert.layer.inputs import Inputs, check_range
 
 
 def position_ids(config, input_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:

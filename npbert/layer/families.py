@@ -1,6 +1,6 @@
 """The encoders npbert implements, as data: config.json's model_type -> Family.
 
-A family is a formula (a function in npbert.embedding) plus what is only parameters: where
+A family is a formula (a function in npbert.layer.embedding) plus what is only parameters: where
 its tensors are in a checkpoint, how it numbers positions, which config.json key holds
 LayerNorm's eps and its default, and what its model's defaults are where config.json is
 silent. Each row was read from transformers' modeling and configuration files (5.x) and is
@@ -10,7 +10,7 @@ checked against transformers' own modules on a tiny checkpoint (tests/test_famil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from npbert import embedding
+from npbert.layer import embedding
 
 # The tensors npbert reads, by EmbeddingWeights field: their names below the model's prefix
 # ("bert.", "roberta.", ... in checkpoints saved with a head; none in a bare model), each with
@@ -35,7 +35,7 @@ def projection(stem: str, bias: bool = True) -> dict[str, tuple[str, ...]]:
 class Family:
     """How one model_type's embedding layer is computed and stored."""
 
-    layer: Callable  # the formula, from npbert.embedding
+    layer: Callable  # the formula, from npbert.layer.embedding
     formula: str  # as explain and the README show it
     prefix: str  # transformers' base_model_prefix
     tensors: dict[str, tuple[str, ...]]  # every tensor the layer may read, as above

@@ -5,7 +5,7 @@ buffer. The JSON maps each tensor name to {"dtype", "shape", "data_offsets": [be
 offsets relative to the data buffer; an optional "__metadata__" maps strings to strings.
 
 The checks are written here once, over the parsed JSON and the buffer's length, so that a
-header served by the Hub (npbert.hub) and a file on disk are held to the same rules, the
+header served by the Hub (npbert.loading.hub) and a file on disk are held to the same rules, the
 rules of the safetensors library itself: sorted by offset, the tensors cover the buffer
 exactly (the first begins at 0, each begins where the one before ended, the last ends at the
 buffer's end), and each tensor's bytes are its element count times its dtype's size.
@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from npbert.config import JSON_ERRORS, json_problem
 from npbert.errors import InputError
+from npbert.loading.config import JSON_ERRORS, json_problem
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses longer headers
 MAX_DEPTH = 127  # of nested arrays and objects, the whole header counted: serde_json's limit

@@ -25,10 +25,10 @@ sinusoids, and stores it as a table like the others.
 
 Shapes: B batch, L sequence length, V vocabulary, P positions, T token types, E the width of
 the tables, H the hidden size (E = H but where a projection maps E -> H). A leading (B,) is
-optional throughout. `w` is an npbert.checkpoint.EmbeddingWeights: the arrays, and w.config.
+optional throughout. `w` is an npbert.layer.weights.EmbeddingWeights: the arrays, and w.config.
 
-This module imports nothing but NumPy and checks nothing: npbert.inputs validates the ids first,
-because NumPy would silently wrap a negative id to a row from the end.
+This module imports nothing but NumPy and checks nothing: npbert.layer.inputs validates the
+ids first, because NumPy would silently wrap a negative id to a row from the end.
 """
 
 import numpy as np

@@ -10,12 +10,12 @@ from them, and the stored position table's from the sinusoids.
 
 import numpy as np
 
-from npbert.checkpoint import EmbeddingWeights
+from npbert.analysis.positions import sinusoidal_table
 from npbert.errors import InputError
-from npbert.inputs import prepare_inputs
+from npbert.layer.inputs import prepare_inputs
+from npbert.layer.weights import EmbeddingWeights
 from npbert.model import embed, embed_stages
-from npbert.positions import sinusoidal_table
-from npbert.verify import default_atol
+from npbert.verify.stages import default_atol
 
 SHOWN = 3  # values shown at each end of a row, as torch prints tensors
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from npbert.analysis.positions import cosine_similarity, sinusoidal_table
 from npbert.atomic import check_output_file, write_atomically
 from npbert.errors import InputError
-from npbert.positions import cosine_similarity, sinusoidal_table
 
 FORMATS = (".png", ".svg", ".pdf")
 FIGSIZE = (11.0, 12.0)  # inches, width x height
@@ -31,7 +31,7 @@ def check_plot_path(path: Path) -> None:
 
 def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str = "") -> None:
     """Draw table (P, H) and the sinusoidal table of its shape, with the figures of
-    npbert.positions.analyse, to path (.png, .svg or .pdf), written atomically.
+    npbert.analysis.positions.analyse, to path (.png, .svg or .pdf), written atomically.
 
     Panels: the two tables as heatmaps (positions x dimensions), their cosine similarity
     matrices (P x P), similarity against distance, and row norms by position.

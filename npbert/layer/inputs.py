@@ -13,9 +13,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from npbert.config import positions_in
-from npbert.embedding import absolute_position_ids, padded_position_ids
 from npbert.errors import InputError
+from npbert.layer.config import positions_in
+from npbert.layer.embedding import absolute_position_ids, padded_position_ids
 
 
 class Inputs(NamedTuple):  # immutable, and made in a third of a frozen dataclass's time

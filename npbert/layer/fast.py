@@ -1,6 +1,6 @@
 """The fast path behind npbert.embed: every family's layer, restructured for speed.
 
-npbert.embedding is the specification; this computes the same layer in fewer passes over
+npbert.layer.embedding is the specification; this computes the same layer in fewer passes over
 memory, in blocks of tokens that stay in cache, in place, on several threads. It uses one
 fact about LayerNorm: centering is linear. For x = w + r, a word row w plus the rest r (the
 token-type row plus the position row), x - mean(x) = (w - mean(w)) + (r - mean(r)). With both
@@ -34,7 +34,7 @@ both tables (gamma * Wc, gamma * Rc), it saved one pass in six (6% on blocks of 
 at 0.648 median float32 ULPs from float64 (torch 0.627, this path 0.587) and
 all-MiniLM-L6-v2's outputs 1.19e-6 from it (torch 1.0e-6).
 Products (DeBERTa's projection E -> H before its LayerNorm, and the one after the layer of
-ALBERT, ELECTRA and RoFormer) are npbert.product's: every value the exact one rounded once, so
+ALBERT, ELECTRA and RoFormer) are npbert.layer.product's: every value the exact one rounded once, so
 a row's bits depend on neither its batch nor BLAS's kernel and threads. Lookups use
 take(mode="clip") because the default mode="raise" copies `out` behind the scenes (3x slower);
 the ids were checked before they got here, so clipping never moves one.
@@ -50,11 +50,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npbert.checkpoint import EmbeddingWeights, check_weights
-from npbert.cores import cpus
 from npbert.errors import InputError
-from npbert.inputs import check_count, shown
-from npbert.product import rounded_product, wide_weight
+from npbert.layer.cores import cpus
+from npbert.layer.inputs import check_count, shown
+from npbert.layer.product import rounded_product, wide_weight
+from npbert.layer.weights import EmbeddingWeights, check_weights
 
 # Tokens per block, as measured on bert-base (scripts/bench.py, AMD EPYC, 1 MiB L2 a core):
 # longer NumPy calls mean fewer hand-offs of the GIL between threads and less Python a token.
@@ -87,7 +87,7 @@ def check_threads(threads) -> int:
 
 
 def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
-    """weights.config's layer for validated npbert.inputs.Inputs, float32, (..., L, E)."""
+    """weights.config's layer for validated npbert.layer.inputs.Inputs, float32, (..., L, E)."""
     config = weights.config
     input_ids = inputs.input_ids.reshape(-1, inputs.input_ids.shape[-1])  # (B, L)
     batch, length = input_ids.shape

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from npbert.config import read_json_object
 from npbert.errors import InputError, first_line
+from npbert.loading.config import read_json_object
 
 # The tokenizers library raises plain Exception for a file it cannot read or a text its
 # model cannot encode (a WordPiece vocabulary without its [UNK] token).

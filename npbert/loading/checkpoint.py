@@ -1,7 +1,7 @@
 """Reading the embedding tensors of a checkpoint directory: config.json and safetensors.
 
 safetensors only: npbert never unpickles, so a pytorch_model.bin is refused with a way out.
-config.json's model_type picks the family (npbert.families), which says which tensors the
+config.json's model_type picks the family (npbert.layer.families), which says which tensors the
 layer reads and what they are called; they load with or without the model's prefix
 ("bert.", "roberta.", "model." ...), with legacy LayerNorm.gamma/.beta names, from one
 model.safetensors or from the shards an index names. Stored float32 tensors are
@@ -11,14 +11,17 @@ memory-mapped; float16 and bfloat16 widen to float32 exactly. An integer
 
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from npbert.config import (
+from npbert.errors import InputError
+from npbert.layer.config import EmbeddingConfig
+from npbert.layer.families import FAMILIES
+from npbert.layer.weights import EmbeddingWeights, read_only
+from npbert.loading.config import (
     CONFIG_FILE,
-    EmbeddingConfig,
     expected_tensors,
     family_of,
     identify,
@@ -26,119 +29,17 @@ from npbert.config import (
     read_config,
     read_json_object,
 )
-from npbert.errors import InputError
-from npbert.families import FAMILIES
 
 WEIGHTS_FILE = "model.safetensors"
+
+
 INDEX_FILE = "model.safetensors.index.json"
+
+
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5")
+
+
 TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
-
-
-@dataclass(frozen=True, eq=False)
-class EmbeddingWeights:
-    """One checkpoint's embedding parameters as float32 arrays, and its configuration.
-
-    Named as in Hugging Face's modules (LayerNorm's weight is gamma, its bias beta). None
-    where the family has no such tensor.
-    """
-
-    config: EmbeddingConfig
-    word_embeddings: np.ndarray  # (V, E)
-    layer_norm_weight: np.ndarray  # (E,); (H,) in DeBERTa, whose projection comes first
-    layer_norm_bias: np.ndarray | None = None  # like layer_norm_weight; None in ModernBERT
-    position_embeddings: np.ndarray | None = None  # (P, E)
-    token_type_embeddings: np.ndarray | None = None  # (T, E)
-    projection_weight: np.ndarray | None = None  # (H, E), as torch's Linear stores it
-    projection_bias: np.ndarray | None = None  # (H,)
-    source: dict = field(default_factory=dict)  # where these came from: model, revision, commit
-    files: tuple[Path, ...] = ()  # the safetensors files the tensors were read from
-
-    def __post_init__(self):
-        """Every array float32, of the shape the config gives it, where the family has it;
-        an array that can be written is copied to one that cannot: npbert.fast caches tables
-        derived from these, which an edit in place would leave stale."""
-        if not isinstance(self.config, EmbeddingConfig):
-            raise InputError(f"EmbeddingWeights: config is {type(self.config).__name__}")
-        # ModernBERT's LayerNorm has a bias only with norm_bias, which the config does not keep
-        no_bias = "layer_norm_bias" in self.config.family.optional
-        for name, shape in expected_shapes(self.config).items():
-            array = getattr(self, name)
-            if array is None and (shape is None or (no_bias and name == "layer_norm_bias")):
-                continue
-            if shape is None or not (
-                isinstance(array, np.ndarray) and array.dtype == np.float32 and array.shape == shape
-            ):
-                wanted = "none" if shape is None else f"{shape} float32"
-                raise InputError(
-                    f"EmbeddingWeights: {name} is {_shown(array)}, but the config "
-                    f"({self.config.model_type}) asks for {wanted}"
-                )
-            if _writable(array):
-                object.__setattr__(self, name, read_only(array.copy()))
-
-    def __reduce__(self):
-        """Pickled (multiprocessing, joblib, Ray, copy.deepcopy) as its fields, and rebuilt
-        with its arrays read-only: pickle makes them writable, and __init__ would copy them."""
-        return (_unpickled, (type(self), {f.name: getattr(self, f.name) for f in fields(self)}))
-
-    @property
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The tensors this checkpoint has, by field name."""
-        arrays = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: v for k, v in arrays.items() if isinstance(v, np.ndarray)}
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the tensors, as float32."""
-        return sum(array.nbytes for array in self.arrays.values())
-
-
-def check_weights(weights) -> None:
-    """InputError unless `weights` is an EmbeddingWeights, as every function taking one needs."""
-    if not isinstance(weights, EmbeddingWeights):
-        raise InputError(
-            f"weights must be npbert's EmbeddingWeights (npbert.load_weights), not "
-            f"{type(weights).__name__}"
-        )
-
-
-def expected_shapes(config: EmbeddingConfig) -> dict[str, tuple[int, ...] | None]:
-    """Each EmbeddingWeights array's shape under `config`; None where the family has none."""
-    e, h, out = config.embedding_size, config.hidden_size, config.output_size
-    positions, types = config.max_position_embeddings, config.type_vocab_size
-    biased = config.projection and "projection_bias" in config.family.tensors  # not DeBERTa's
-    return {
-        "word_embeddings": (config.vocab_size, e),
-        "layer_norm_weight": (out,),
-        "layer_norm_bias": (out,),
-        "position_embeddings": None if positions is None else (positions, e),
-        "token_type_embeddings": (types, e) if types else None,
-        "projection_weight": (h, e) if config.projection else None,
-        "projection_bias": (h,) if biased else None,
-    }
-
-
-def _shown(value) -> str:
-    if isinstance(value, np.ndarray):
-        return f"{value.shape} {value.dtype}"
-    return "None" if value is None else type(value).__name__
-
-
-def _writable(array: np.ndarray) -> bool:
-    """Whether the array's memory can be written: through it, an array it views, or an owner
-    that is not an array (a writable buffer; a torch tensor or as_strided's stand-in, which
-    offer no buffer to ask, are taken as writable). Read-only maps of a file are not."""
-    while isinstance(array, np.ndarray):
-        if array.flags.writeable:
-            return True
-        array = array.base
-    if array is None:
-        return False
-    try:
-        return not memoryview(array).readonly
-    except TypeError:
-        return True
 
 
 @dataclass(frozen=True)
@@ -334,13 +235,13 @@ def _open(path: Path):
 
 
 def _header(path: Path) -> tuple[int, dict]:
-    """(where the data buffer starts, tensor name -> npbert.header.TensorHeader).
+    """(where the data buffer starts, tensor name -> npbert.loading.header.TensorHeader).
 
-    safetensors validates the file; npbert.header gives each tensor's data_offsets, relative to
-    the data buffer, which starts after the format's 8-byte little-endian header length and
-    the header itself.
+    safetensors validates the file; npbert.loading.header gives each tensor's data_offsets,
+    relative to the data buffer, which starts after the format's 8-byte little-endian header
+    length and the header itself.
     """
-    from npbert.header import read_file_header
+    from npbert.loading.header import read_file_header
 
     with _open(path):  # validates the header: offsets in bounds, buffer fully covered
         pass
@@ -377,25 +278,17 @@ def scan_values(stored: StoredTensor, rows: int = 4096) -> str:
 STORED = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 
 
-def _unpickled(cls: type, values: dict) -> EmbeddingWeights:
-    """EmbeddingWeights.__reduce__'s rebuild: its arrays, fresh from pickle, are its alone."""
-    for value in values.values():
-        if isinstance(value, np.ndarray):
-            read_only(value)
-    return cls(**values)
-
-
 def read_tensor(stored: StoredTensor) -> np.ndarray:
     """One stored tensor as float32, memory-mapped rather than read.
 
     A float32 tensor is not copied at all: a lookup reads from disk only the rows it touches,
     and the OS shares the pages between processes. float16 widens exactly; bfloat16 is the
     top half of a float32, so widening it is a 16-bit shift, also exact. A widened copy is
-    made read-only like the map: npbert.fast caches tables derived from these arrays, which an
+    made read-only like the map: npbert.layer.fast caches tables derived from these arrays, which an
     edit in place would leave stale.
     """
     if stored.dtype not in STORED:
-        from npbert.header import not_float
+        from npbert.loading.header import not_float
 
         raise not_float(stored.file, stored.name, stored.dtype)
     raw = np.asarray(np.memmap(stored.file, STORED[stored.dtype], "r", stored.offset, stored.shape))
@@ -406,15 +299,6 @@ def read_tensor(stored: StoredTensor) -> np.ndarray:
     else:
         wide = raw.astype(np.float32)
     return read_only(wide)
-
-
-def read_only(array: np.ndarray) -> np.ndarray:
-    """A view of `array` that cannot be written, its owner marked read-only too: only a
-    deliberate `.base.flags.writeable = True` on a copy npbert owns makes it writable again
-    (a memory map's cannot be)."""
-    owner = array.base if isinstance(array.base, np.ndarray) else array  # not a map's buffer
-    owner.flags.writeable = False
-    return array.view()
 
 
 NOT_FINITE = "holds NaN or Inf"  # how float32_trouble's message for such a tensor ends

@@ -1,0 +1,1 @@
+"""What a checkpoint's tables hold: the layer explained, positions measured."""

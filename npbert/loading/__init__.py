@@ -1,0 +1,1 @@
+"""Reading checkpoints: config.json, safetensors, tokenizers, and the Hub."""

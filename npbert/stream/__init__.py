@@ -1,0 +1,1 @@
+"""Corpora streamed through the layer to shards on disk."""

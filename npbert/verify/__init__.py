@@ -1,0 +1,1 @@
+"""Checking another implementation against npbert, stage by stage."""
