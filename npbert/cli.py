@@ -25,7 +25,7 @@ from npbert import __version__
 from npbert.errors import InputError, WorkerLost
 from npbert.loading.checkpoint import NOT_FINITE, float32_trouble, largest_output
 from npbert.loading.npyfile import load_npy
-from npbert.verify.stages import DEFAULT_RTOL, STEPS, check_tolerance
+from npbert.verify.tolerances import DEFAULT_RTOL, STEPS, check_tolerance
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -967,7 +967,9 @@ def run_embed_corpus(args) -> int:
 
 def run_compare(args) -> int:
     from npbert.model import embed_stages
-    from npbert.verify.stages import compare, format_report, load_candidate
+    from npbert.verify import compare
+    from npbert.verify.candidates import load_candidate
+    from npbert.verify.report import format_report
 
     candidate = load_candidate(args.candidate)
     inputs = read_inputs(args)
@@ -1006,7 +1008,7 @@ def note_defaulted_inputs(args, report: dict, candidate: dict, weights) -> None:
     says so: the candidate may hold the right ones and the option have been forgotten, or (for
     positions) be wrong. So does a token_type stage that disagrees by being other rows of the
     table, for a candidate that gave no token_type_ids (a pair's, say)."""
-    from npbert.verify.stages import other_token_types
+    from npbert.verify.notes import other_token_types
 
     for name, note in DEFAULTED.items():
         option, result = WITH_IDS[name], report["inputs"].get(name)

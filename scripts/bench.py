@@ -178,7 +178,7 @@ def accuracy_rows(directory: Path, minilm: Path) -> list[tuple]:
     import torch
 
     import npbert
-    from npbert.verify.stages import ulps
+    from npbert.verify.tolerances import ulps
 
     rows = []
     rng = np.random.default_rng(4)

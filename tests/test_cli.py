@@ -16,7 +16,7 @@ from conftest import DATA, TINY, no_special_tokens
 
 import npbert
 from npbert.cli import main
-from npbert.stream.corpus import read_corpus
+from npbert.stream import read_corpus
 
 SEEDS = ["The quick brown fox jumps over the lazy dog", "I am Sinan", "this is a test sentence"]
 

@@ -14,7 +14,7 @@ from safetensors.numpy import load_file, save_file
 import npbert
 from npbert.layer.families import FAMILIES
 from npbert.layer.inputs import prepare_inputs
-from npbert.verify.stages import DEFAULT_ATOL, FLOAT64_ATOL, default_atol, stage_atols, ulps
+from npbert.verify.tolerances import DEFAULT_ATOL, FLOAT64_ATOL, default_atol, stage_atols, ulps
 from npbert.verify.vectors import LONGEST
 
 ARGUMENTS = {"input_ids", "token_type_ids", "position_ids", "mask"}  # as the modules name them

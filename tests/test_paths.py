@@ -11,8 +11,8 @@ from npbert.atomic import building_directory, write_atomically
 from npbert.loading.checkpoint import load_checkpoint, locate_checkpoint
 from npbert.loading.npyfile import load_npy, load_npz
 from npbert.loading.tokenize import load_tokenizer
-from npbert.stream.corpus import embed_corpus, read_corpus
-from npbert.verify.stages import load_candidate
+from npbert.stream import embed_corpus, read_corpus
+from npbert.verify.candidates import load_candidate
 from npbert.verify.vectors import write_vectors
 
 

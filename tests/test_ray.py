@@ -29,7 +29,7 @@ from test_cli import tiny_words
 from test_stream import _run, committed, corpus_lines
 
 import npbert
-from npbert.stream.corpus import embed_corpus, read_corpus
+from npbert.stream import embed_corpus, read_corpus
 
 
 @pytest.fixture(scope="module")

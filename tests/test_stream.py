@@ -18,7 +18,7 @@ from conftest import TINY
 import npbert
 from npbert.cli import main
 from npbert.stream import corpus as stream
-from npbert.stream.corpus import read_corpus
+from npbert.stream import read_corpus
 
 WORDS = (
     "the of and to in is was for on that with as by at from his her an were are which "
@@ -917,7 +917,7 @@ def _pairs_corpus(count: int, seed: int) -> list[dict]:
 
 
 def test_two_workers_write_what_one_writes_bit_for_bit(tmp_path, embedder):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     items = _pairs_corpus(400, seed=7)
     source = tmp_path / "c.jsonl"
@@ -960,7 +960,7 @@ def test_a_run_of_many_shards_neither_rewrites_the_index_nor_lists_the_directory
 
 
 def test_float16_halves_the_output(tmp_path, embedder):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     source = tmp_path / "c.txt"
     source.write_text("\n".join(corpus_lines(50, seed=8)) + "\n")
@@ -977,7 +977,7 @@ def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
     import pyarrow as pa  # the test extra brings it, with ray[data]
     import pyarrow.parquet as pq
 
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     items = _pairs_corpus(300, seed=9)
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(item) + "\n" for item in items))
@@ -1016,7 +1016,7 @@ def test_parquet_of_categorical_strings_equals_plain_strings(tmp_path, embedder)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     texts, pairs = ["a first text", "another", "a first text"], ["x", None, "y"]
     plain = pa.table({"text": texts, "pair": pairs})
@@ -1074,7 +1074,7 @@ def test_parquet_column_of_no_strings_is_refused_at_start(tmp_path, column, valu
 
 
 def test_every_family_streams_what_it_embeds_alone(tmp_path):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     texts = ["hello world", "", "a longer text about the layer of embeddings", "hi"]
     checked = 0
@@ -1168,7 +1168,7 @@ def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
 def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir, monkeypatch):
     """It makes Wc up front, for its workers to share, only where "auto" would make it."""
     from npbert.layer import fast
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     source = tmp_path / "c.txt"
     source.write_text("\n".join(corpus_lines(20, seed=9)) + "\n")
@@ -1205,7 +1205,7 @@ def test_an_input_of_no_known_format_is_refused_not_read_as_text(tmp_path, files
 
 
 def test_extensions_are_matched_in_any_case(tmp_path, embedder):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
     from npbert.stream.sources import input_files
 
     (tmp_path / "dir").mkdir()
@@ -1257,7 +1257,7 @@ def test_a_link_to_nothing_in_a_directory_input_is_refused_before_any_output(tmp
 
 @pytest.mark.parametrize("name", ["c.txt", "c.jsonl"])
 def test_a_byte_order_mark_is_not_text(tmp_path, embedder, name):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     line = "hello" if name == "c.txt" else '{"text": "hello"}'
     (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + f"{line}\n{line}\n".encode())
@@ -1316,7 +1316,7 @@ def test_a_damaged_parquet_file_is_one_line_naming_it(tmp_path):
 
 
 def test_embed_corpus_wants_an_embedder(tmp_path, embedder):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     (tmp_path / "c.txt").write_text("one\n")
     with pytest.raises(npbert.InputError, match="embedder must be npbert's Embedder"):
@@ -1325,7 +1325,7 @@ def test_embed_corpus_wants_an_embedder(tmp_path, embedder):
 
 
 def test_a_huge_shard_size_reads_in_blocks(tmp_path, embedder):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     (tmp_path / "c.txt").write_text("one\ntwo\n")
     index = embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", shard_bytes=10**19)
@@ -1355,7 +1355,7 @@ def test_parquet_text_that_is_not_utf8_names_the_row(tmp_path):
     ],
 )
 def test_the_local_job_checks_its_settings_as_ray_does(tmp_path, embedder, options, message):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     (tmp_path / "c.txt").write_text("one\n")
     with pytest.raises(npbert.InputError, match=message):
@@ -1363,7 +1363,7 @@ def test_the_local_job_checks_its_settings_as_ray_does(tmp_path, embedder, optio
 
 
 def test_a_numpy_bool_truncation_runs_the_job(tmp_path, embedder):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     (tmp_path / "c.txt").write_text("one\n")
     embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", truncation=np.True_)
@@ -1390,7 +1390,7 @@ def test_the_embedders_truncation_must_be_true_or_false(embedder, truncation):
     ],
 )
 def test_other_flags_must_be_true_or_false_too(tmp_path, embedder, call, keyword):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     (tmp_path / "c.txt").write_text("one\n")
     calls = {
@@ -1406,7 +1406,7 @@ def test_other_flags_must_be_true_or_false_too(tmp_path, embedder, call, keyword
 def test_an_empty_output_directory_is_refused_not_taken_as_the_current_one(
     tmp_path, embedder, monkeypatch
 ):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     (tmp_path / "c.txt").write_text("one\n")
     monkeypatch.chdir(tmp_path)
@@ -1419,7 +1419,7 @@ def test_an_empty_output_directory_is_refused_not_taken_as_the_current_one(
 
 @pytest.mark.parametrize("argument", ["source", "directory", "read_corpus", "model"])
 def test_a_path_argument_that_is_not_a_path_is_named(tmp_path, embedder, argument):
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     (tmp_path / "c.txt").write_text("one\n")
     calls = {
@@ -1453,7 +1453,7 @@ def test_workers_past_a_few_per_core_are_refused_before_any_fork(tmp_path, embed
 
 def test_an_output_directory_that_is_a_dangling_symlink_is_named_so(tmp_path, embedder):
     # mkdir said "File exists" of it, where nothing seems to exist.
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     (tmp_path / "c.txt").write_text("one\n")
     (tmp_path / "out").symlink_to(tmp_path / "nowhere")

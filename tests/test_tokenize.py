@@ -256,7 +256,7 @@ def test_bad_tokenizer_files_are_one_line_errors(tmp_path, capsys, minilm_dir, c
 
 def test_a_token_past_the_table_is_named_by_its_text_in_every_path(tmp_path, minilm_dir):
     # one check (model.check_encodings) for a batch, embed_each and the corpus job
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     table = tokenizer_json(minilm_dir, set_in(["model", "vocab", "hello"], 99999))
     model = side_files(tmp_path, minilm_dir, {"tokenizer.json": table})
@@ -473,7 +473,7 @@ def test_bad_batch_size_and_max_length(embedder, kwargs, message):
 def test_a_huge_argument_in_the_wrong_place_is_named_in_a_short_message(embedder, tmp_path):
     """A list of texts given where a count, a flag or a path goes was repeated whole in the
     message: 49 MB for a million texts."""
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     texts = ["a sentence of a corpus"] * 100_000
     calls = [
@@ -513,7 +513,7 @@ def test_a_pair_on_a_model_of_one_token_type_is_refused_by_what_it_is(tmp_path):
     from conftest import DATA, TINY
     from safetensors.numpy import load_file, save_file
 
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     shutil.copytree(TINY, tmp_path / "m")
     tensors = load_file(str(TINY / "model.safetensors"))
@@ -576,7 +576,7 @@ def test_a_token_type_past_the_table_is_blamed_on_the_tokenizer(tmp_path):
     from tokenizers import BertWordPieceTokenizer
     from tokenizers.processors import TemplateProcessing
 
-    from npbert.stream.corpus import embed_corpus
+    from npbert.stream import embed_corpus
 
     shutil.copytree(TINY, tmp_path / "m")
     library = BertWordPieceTokenizer(str(TINY / "vocab.txt"))

@@ -18,7 +18,7 @@ from safetensors.numpy import load_file, save_file
 
 import npbert
 from npbert.cli import main
-from npbert.verify.stages import STAGES, ulps
+from npbert.verify.tolerances import STAGES, ulps
 
 
 def stages_with_bug(
@@ -379,7 +379,7 @@ def test_a_pairs_stages_checked_without_its_token_types_say_what_the_reference_t
     assert "note:  the reference's are the default, all 0: no --token-type-ids-file given" in out
     types = ["--token-type-ids-file", str(tmp_path / "types.npy")]
     assert main([*argv, str(tmp_path / "ids.npy"), *types]) == 0
-    from npbert.verify.stages import _to_bfloat16
+    from npbert.verify.candidates import _to_bfloat16
 
     stages["token_type"] = _to_bfloat16(stages["token_type"]).astype(np.float32)
     np.savez(tmp_path / "c.npz", **stages)  # the right rows, stored in bfloat16
@@ -813,7 +813,7 @@ def test_a_damaged_npz_candidate_is_a_one_line_error_not_a_failed_comparison(
 
 
 def test_token_cosine_of_two_zero_rows_is_one_and_of_one_zero_row_zero():
-    from npbert.verify.stages import cosines
+    from npbert.verify.tolerances import cosines
 
     zero, row = np.zeros(4), np.arange(1.0, 5.0)
     candidate = np.stack([zero, zero, row, row, np.full(4, np.nan)])
@@ -863,7 +863,7 @@ def tiny_stages():
 
 
 def test_nan_never_passes_however_wide_the_tolerance(tiny_stages):
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     reference64, reference32 = tiny_stages
     output = reference32["embeddings"].copy()
@@ -889,7 +889,7 @@ def test_nan_never_passes_however_wide_the_tolerance(tiny_stages):
     ],
 )
 def test_compare_checks_what_it_is_given(tiny_stages, candidate, options, message):
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     reference64, reference32 = tiny_stages
     candidate = {"embeddings": reference32["embeddings"]} if candidate is None else candidate
@@ -911,7 +911,7 @@ def test_compare_checks_what_it_is_given(tiny_stages, candidate, options, messag
     ],
 )
 def test_compare_checks_its_references(tiny_stages, references, message):
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     reference64, reference32 = references(*tiny_stages)
     candidate = {"embeddings": tiny_stages[1]["embeddings"]}
@@ -920,7 +920,7 @@ def test_compare_checks_its_references(tiny_stages, references, message):
 
 
 def test_compare_says_where_projected_references_come_from():
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     weights = npbert.load_weights(TINY.parent / "tiny-albert")
     ids = np.array([2, 7, 5, 3])
@@ -931,7 +931,7 @@ def test_compare_says_where_projected_references_come_from():
 
 
 def test_compare_names_an_input_of_its_own_it_cannot_read(tiny_stages):
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     ids = [[1, 2], [3]]  # ragged: raised NumPy's ValueError
     candidate = {"embeddings": tiny_stages[1]["embeddings"], "input_ids": np.zeros((2, 4), int)}
@@ -942,7 +942,7 @@ def test_compare_names_an_input_of_its_own_it_cannot_read(tiny_stages):
 def test_shared_position_rows_are_checked_against_per_sequence_ones():
     # RoBERTa's reference positions are (B, L, E), from the padding; FORMAT.md lets an
     # implementation give (L, E) where every sequence's are alike.
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     weights = npbert.load_weights(TINY.parent / "tiny-roberta")
     ids = np.array([[0, 261, 79, 79, 2], [0, 82, 224, 90, 2]])  # no padding: rows alike
@@ -964,7 +964,7 @@ def test_shared_position_rows_are_checked_against_per_sequence_ones():
 def test_shared_positions_per_sequence_must_be_the_batchs(ids):
     """BERT's reference positions are (L, E), shared: a candidate may give them per sequence,
     but (7, L, E) for a batch of 2 (or for one sequence) passed as well."""
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     weights = npbert.load_weights(TINY)
     references = [npbert.embed_stages(weights, ids, dtype=d) for d in (np.float64, np.float32)]
@@ -983,7 +983,7 @@ def test_shared_positions_per_sequence_must_be_the_batchs(ids):
 
 def test_a_candidate_of_the_projected_output_alone_is_checked():
     # What the first encoder layer receives (ALBERT's projection to H): a port may stop there.
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     weights = npbert.load_weights(TINY.parent / "tiny-albert")
     ids = np.array([[2, 7, 5, 3]])
@@ -1003,7 +1003,7 @@ def test_a_candidate_of_the_projected_output_alone_is_checked():
 def test_a_projection_without_its_bias_fails_on_the_test_checkpoints(family):
     # transformers initializes the bias to 0: the checkpoints randomize it (make_goldens.py),
     # or a port that leaves it out would pass against them and their vectors.
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     weights = npbert.load_weights(TINY.parent / f"tiny-{family}")
     ids = np.array([[2, 7, 5, 3]])
@@ -1020,7 +1020,7 @@ def test_a_projection_without_its_bias_fails_on_the_test_checkpoints(family):
 
 
 def test_compare_takes_what_embed_stages_out_writes_as_load_candidate_does(tmp_path, capsys):
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     out = tmp_path / "stages.npz"
     assert main(["embed", "i am", "--model", str(TINY), "--stages", "--out", str(out)]) == 0
@@ -1041,7 +1041,7 @@ def test_compare_takes_what_embed_stages_out_writes_as_load_candidate_does(tmp_p
 def test_a_candidates_inf_nan_or_overflow_fails_without_numpy_warnings(tiny_stages, value):
     import warnings
 
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     reference64, reference32 = tiny_stages
     output = reference32["embeddings"].astype(np.float64)
@@ -1072,7 +1072,7 @@ def test_vectors_of_a_model_of_few_positions_cut_the_texts_and_say_so(tmp_path):
 
 
 def test_the_default_atol_grows_past_1e_5_from_outputs_of_32():
-    from npbert.verify.stages import default_atol
+    from npbert.verify.tolerances import default_atol
 
     assert default_atol(np.array([-31.9, 1.0])) == 1e-5
     assert default_atol(np.array([1.0, -32.0])) == 4 * float(np.spacing(np.float32(32)))
@@ -1112,7 +1112,7 @@ def test_a_candidates_own_input_ids_are_checked_first(tmp_path, capsys):
 
 
 def test_inputs_are_checked_only_where_the_reference_has_them(tiny_stages):
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     ids = np.array([[2, 13, 14, 3]])
     given = {"embeddings": tiny_stages[1]["embeddings"], "position_ids": np.arange(4)}
@@ -1273,7 +1273,7 @@ def test_the_mask_is_checked_only_where_the_layer_takes_it(tmp_path, capsys):
     ],
 )  # fmt: skip
 def test_inputs_of_other_shapes_or_not_arrays(tiny_stages, given, result):
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     candidate = {"embeddings": tiny_stages[1]["embeddings"], "input_ids": given}
     inputs = {"input_ids": np.array([[2, 13, 14, 3]])}
@@ -1290,7 +1290,7 @@ def test_inputs_of_other_shapes_or_not_arrays(tiny_stages, given, result):
 )  # fmt: skip
 def test_a_candidates_input_that_is_not_an_array_of_numbers_is_refused(tiny_stages, given):
     """It was left unchecked without a word, and a port that wrote its ids wrong passed."""
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     candidate = {"embeddings": tiny_stages[1]["embeddings"], "input_ids": given}
     inputs = {"input_ids": np.array([[2, 13, 14, 3]])}
@@ -1306,7 +1306,7 @@ def test_no_float16_note_where_the_reference_is_float16_too(tmp_path, capsys):
     references = [
         npbert.embed_stages(weights, ids, dtype=d, project=True) for d in (np.float64, np.float32)
     ]
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     wrong = npbert.embed_stages(weights, ids + 1)
     report = compare_stages({"word": wrong["word"], "embeddings": wrong["embeddings"]}, *references)
@@ -1412,7 +1412,7 @@ def test_a_ragged_json_candidate_says_where_its_shape_breaks(tmp_path, capsys):
 )
 def test_compare_from_python_checks_the_attention_mask(change, message):
     """A mask of another shape silently dropped the padding note; one of 2s kept it."""
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     weights = npbert.load_weights(TINY)
     ids = np.array([[2, 7, 5, 3], [2, 6, 3, 0]])
@@ -1540,7 +1540,7 @@ def test_explain_of_an_infinite_gamma_says_it_without_a_python_warning(tmp_path)
 def test_deberta_references_made_without_the_mask_are_suspected(tmp_path):
     """A DeBERTa port that zeroes padding, checked from Python against references made without
     the mask (as embed_stages' defaults give), was told its padding rows were wrong."""
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     weights = npbert.load_weights(TINY.parent / "tiny-deberta")
     ids = np.array([[1, 7, 9, 2], [1, 8, 2, 0]])
@@ -1580,7 +1580,7 @@ def summed_in_order(x: np.ndarray, weight: np.ndarray, bias, order) -> np.ndarra
 
 @pytest.mark.parametrize("golden", ["padded_batch", "pair", "full_length"])
 def test_correct_float32_projections_of_large_values_pass(golden):
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     arrays, _ = load_golden(f"tiny_electra_small_{golden}")
     weights = npbert.load_weights(LARGE)
@@ -1602,7 +1602,7 @@ def test_correct_float32_projections_of_large_values_pass(golden):
 
 
 def test_projection_bugs_fail_at_large_values():
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     arrays, _ = load_golden("tiny_electra_small_pair")
     weights = npbert.load_weights(LARGE)
@@ -1625,7 +1625,7 @@ def test_projection_bugs_fail_at_large_values():
 def test_a_transposed_square_projection_fails(tmp_path):
     from conftest import widened
 
-    from npbert.verify.stages import compare as compare_stages
+    from npbert.verify import compare as compare_stages
 
     weights = widened(tmp_path, "tiny-albert", 64, 64)  # ALBERT projects at E = H too
     ids = np.random.default_rng(0).integers(5, weights.config.vocab_size, (2, 9))

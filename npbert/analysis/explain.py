@@ -15,7 +15,7 @@ from npbert.errors import InputError
 from npbert.layer.inputs import prepare_inputs
 from npbert.layer.weights import EmbeddingWeights
 from npbert.model import embed, embed_stages
-from npbert.verify.stages import default_atol
+from npbert.verify.tolerances import default_atol
 
 SHOWN = 3  # values shown at each end of a row, as torch prints tensors
 

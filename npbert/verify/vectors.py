@@ -17,7 +17,7 @@ from npbert.layer.weights import EmbeddingWeights
 from npbert.loading.checkpoint import NOT_FINITE, float32_trouble
 from npbert.loading.tokenize import tokenizer_file, tokenizer_files
 from npbert.model import Embedder, checkpoint_tokenizer, embed_stages, resolve_weights
-from npbert.verify.stages import DEFAULT_ATOL, FLOAT64_ATOL, STEPS, check_finite, stage_atols
+from npbert.verify.tolerances import DEFAULT_ATOL, FLOAT64_ATOL, STEPS, check_finite, stage_atols
 
 SEEDS = [
     "The quick brown fox jumps over the lazy dog",
