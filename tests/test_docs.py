@@ -374,15 +374,39 @@ def test_every_block_is_python_sh_or_text_and_an_output_follows_what_prints_it()
             previous = block
 
 
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings."""
+    headings = re.findall(r"^#+ (.+)$", path.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
 def test_links_between_pages_and_to_files_lead_somewhere():
     for page in PAGES:
         text = (ROOT / page).read_text()
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
             if re.match(r"[a-z]+:", target):
                 continue
-            path = (ROOT / page).parent / target
+            path = (ROOT / page).parent / target if target else ROOT / page
             if not path.exists() and target.removeprefix("../").startswith("npbert/"):
                 # The package's modules move into subpackages (npbert/layer/...); until that
                 # lands, the module of the same name at the top of the package will do.
                 path = ROOT / "npbert" / Path(target).name
             assert path.exists(), f"{page}: the link to {target} leads nowhere"
+            assert not anchor or anchor in anchors(path), f"{page}: no #{anchor} in {target}"
+
+
+def family_table(page: str) -> str:
+    text = (ROOT / page).read_text()
+    start = text.index("| model_type |")
+    return text[start : text.index("\n\n", start)]
+
+
+def test_the_family_table_is_one_table_of_the_families_npbert_has():
+    from npbert.families import FAMILIES, REFUSED
+
+    table = family_table("README.md")
+    assert table == family_table("docs/layer.md")
+    rows = [line.split("|")[1] for line in table.splitlines()[2:]]
+    assert sorted(t for row in rows for t in re.findall(r"`([^`]+)`", row)) == sorted(FAMILIES)
+    layer = (ROOT / "docs" / "layer.md").read_text()
+    assert all(f"`{name}`" in layer for name in REFUSED)
