@@ -1,4 +1,5 @@
-"""The README's promises: its test command is what CI runs, its examples run."""
+"""The README's promises: its test command is what CI runs, its examples run (every block of
+README.md and docs/*.md runs in tests/test_docs.py)."""
 
 import ast
 import re
@@ -11,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+VERIFYING = (ROOT / "docs" / "verifying.md").read_text()
 
 
 def setup_commands() -> list[str]:
@@ -62,17 +64,18 @@ def test_code_is_ruff_clean():
 def test_worked_example_passes_compare(tmp_path, minilm_dir, monkeypatch, capsys):
     from npbert.cli import main
 
-    port = re.search(r"```python\n(# my_port\.py.+?)```", README, flags=re.S)[1]
+    port = re.search(r"```python\n(# my_port\.py: .+?)```", VERIFYING, flags=re.S)[1]
     (tmp_path / "my_port.py").write_text(port)
     monkeypatch.chdir(tmp_path)
     subprocess.run([sys.executable, "my_port.py", str(minilm_dir)], check=True)
     assert main(["compare", "mine.npy", "--model", str(minilm_dir), "--ids-file", "ids.npy"]) == 0
-    printed = re.search(r"\n(  embeddings     ok .+)\n", README)[1]  # what the README shows
+    printed = re.search(r"\n(  embeddings     ok .+)\n", VERIFYING)[1]  # what the page shows
     assert printed in capsys.readouterr().out.splitlines()
-    check = re.search(r"```python\n(# the check in a test suite.+?)```", README, flags=re.S)[1]
-    exec(compile(check, "README.md", "exec"), {"MODEL_DIR": minilm_dir})  # asserts it passes
+    check = re.search(r"```python\n(# the check in a test suite.+?)```", VERIFYING, flags=re.S)[1]
+    check = check.replace("path/to/checkpoint", str(minilm_dir))
+    exec(compile(check, "docs/verifying.md", "exec"), {})  # asserts it passes
     np.save("mine.npy", np.load("mine.npy") * np.float32(1.001))  # now wrong
     with pytest.raises(
         AssertionError, match="'embeddings' is the first stage given that disagrees"
     ):
-        exec(compile(check, "README.md", "exec"), {"MODEL_DIR": minilm_dir})
+        exec(compile(check, "docs/verifying.md", "exec"), {})
