@@ -1035,21 +1035,21 @@ def test_a_ray_run_ends_without_the_interpreters_teardown(monkeypatch, code, ray
     after 'npbert: interrupted'; -11 after a completed run): the entry point runs the exit
     handlers and ends the process at once, with the command's code, whatever the outcome."""
     import npbert.__main__ as entry
-    import npbert.cli
 
-    ended, ran = fake_exit(monkeypatch, ray_loaded)
-    monkeypatch.setattr(npbert.cli, "main", lambda: code)
+    ended = fake_exit(monkeypatch, ray_loaded)
+    monkeypatch.setattr(entry, "command", lambda: code)
     assert entry.main() == code
-    assert ended == ([code] if exits else []) and ran == ([True] if exits else [])
+    assert ended == ([code] if exits else [])
 
 
 def test_a_ray_run_started_with_standard_error_closed_ends_with_its_code(monkeypatch):
     """2>&-: flushing a stream that is None raised, and a completed run exited 1."""
-    import npbert.__main__ as entry
 
-    ended, ran = fake_exit(monkeypatch, ray_loaded=True)
+    from npbert.cli.errors import finish
+
+    ended = fake_exit(monkeypatch, ray_loaded=True)
     monkeypatch.setattr(sys, "stderr", None)
-    assert entry.finish(0) == 0 and ended == [0] and ran == [True]
+    assert finish(0) == 0 and ended == [0]
 
 
 def test_python_m_npbert_cli_ends_a_ray_run_as_the_command_does(monkeypatch, capsys):
@@ -1057,28 +1057,25 @@ def test_python_m_npbert_cli_ends_a_ray_run_as_the_command_does(monkeypatch, cap
     crashed as it ended there (exit -11), past npbert.__main__'s ending."""
     import runpy
 
-    ended, ran = fake_exit(monkeypatch, ray_loaded=True)
+    ended = fake_exit(monkeypatch, ray_loaded=True)
     monkeypatch.setattr(sys, "argv", ["npbert", "inspect", str(TINY)])
-    monkeypatch.delitem(sys.modules, "npbert.cli")  # run afresh, as `python -m` runs it
+    monkeypatch.delitem(sys.modules, "npbert.cli.__main__", raising=False)  # as `python -m`
     with pytest.raises(SystemExit) as exited:
         runpy.run_module("npbert.cli", run_name="__main__")
-    assert exited.value.code == 0 and ended == [0] and ran == [True], capsys.readouterr()
+    assert exited.value.code == 0 and ended == [0], capsys.readouterr()
 
 
-def fake_exit(monkeypatch, ray_loaded: bool) -> tuple[list, list]:
-    """os._exit and atexit._run_exitfuncs recorded, not run; Ray loaded or not: (the codes
-    os._exit was called with, a True for each run of the exit handlers)."""
-    import atexit
+def fake_exit(monkeypatch, ray_loaded: bool) -> list:
+    """os._exit recorded, not run; Ray loaded or not: the codes os._exit was called with."""
     import types
 
-    ended, ran = [], []
+    ended = []
     monkeypatch.setattr(os, "_exit", ended.append)
-    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: ran.append(True))
     if ray_loaded:
         monkeypatch.setitem(sys.modules, "ray._raylet", types.ModuleType("ray._raylet"))
     else:
         monkeypatch.delitem(sys.modules, "ray._raylet", raising=False)
-    return ended, ran
+    return ended
 
 
 def test_an_ids_file_with_more_data_than_its_header_says_is_refused(tmp_path, capsys):
@@ -1274,7 +1271,7 @@ def test_explain_refuses_a_batch_of_ids_before_it_looks_for_the_model(tmp_path, 
 def test_describe_counts_one_token_type_in_the_singular():
     import dataclasses
 
-    from npbert.cli import describe
+    from npbert.cli.output import describe
 
     config = npbert.load_weights(TINY).config
     assert "2 token types, eps" in describe(config)
