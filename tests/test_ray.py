@@ -488,8 +488,8 @@ def test_a_stop_while_ray_starts_ends_in_the_cli_handler_and_shuts_down_ignoring
     said) or its core's (a stack dump, exit 134), and left two of Ray's processes running. Now
     the CLI's handler says it, and ray.shutdown runs with stops ignored, as the CLI's cleanup
     does (a second SIGTERM cut it short)."""
-    from npbert.cli import errors as cli
     from npbert import ray as engine
+    from npbert.cli import errors as cli
 
     def rays(signum, frame):
         raise SystemExit(signum)  # what Ray's handler does
