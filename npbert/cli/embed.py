@@ -72,7 +72,7 @@ def run_embed(args) -> int:
     # What the first encoder layer receives: under its own name, as compare reads it back.
     output = "projected" if "projected" in outputs else "embeddings"
     if not np.isfinite(outputs[output]).all():  # NaN spreads without a warning from NumPy
-        warnings.warn("NaN or Inf in the output", RuntimeWarning, stacklevel=1)  # say_warnings
+        warnings.warn("NaN or Inf in the output", RuntimeWarning, stacklevel=1)  # show_warning
     if args.out is not None:
         saved = dict(inputs.arrays)
         if not inputs.weights.config.type_vocab_size:  # no table: the layer takes no token

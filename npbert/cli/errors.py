@@ -2,7 +2,6 @@
 table; NumPy's warnings about the weights as one line; Ctrl-C, SIGTERM and a closed pipe.
 """
 
-import logging
 import os
 import signal
 import sys
@@ -13,57 +12,82 @@ import numpy as np
 
 from npbert.cli.options import PATH_OPTIONS, flag
 from npbert.cli.output import flush_stdout
-from npbert.errors import InputError, WorkerLost
+from npbert.errors import InputError, NpbertWarning, WorkerLost, spelled
+
+# How the command line spells the arguments a library message names in braces (npbert.errors):
+# a Python name and its option, where the option is not the name with dashes.
+OPTIONS = {
+    "source": "--input",
+    "directory": "--out",
+    "truncation=True": "--truncate",
+    "engine='ray'": "--engine ray",
+    "local_files_only=True": "--offline",
+    "input_ids": "--ids-file",
+    "attention_mask": "--attention-mask-file",
+    "token": "`npbert fetch --token`",
+    "embed_stages": "`npbert embed --stages`",
+}
 
 
-class Said(logging.Handler):
-    """What npbert's modules log (a warning, such as hub's Range fallback), shown as the CLI's
-    other warnings are: one line on standard error, whichever stream that is at the time."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        print(f"npbert: warning: {record.getMessage()}", file=sys.stderr)
+def as_options(message: str) -> str:
+    """A library message with the arguments it names spelled as this command's options."""
+    return spelled(message, lambda name: OPTIONS.get(name) or flag(name.split("=")[0]))
 
 
-def say_logged() -> None:
-    """Show npbert's logged warnings through Said (once, however often main runs), not also
-    through whatever handlers the root logger has."""
-    logger = logging.getLogger("npbert")
-    if not any(isinstance(handler, Said) for handler in logger.handlers):
-        logger.addHandler(Said(logging.WARNING))
-        logger.propagate = False
+def out_of_memory(args, error: MemoryError) -> str:
+    return f"out of memory ({error or 'no more could be allocated'})"
+
+
+# What each error a command may meet becomes: its exit status (None: 1, but 2 for a command
+# whose 1 is a verdict) and its one line, first match first. Anything else is a bug: a traceback.
+ERRORS = [
+    (InputError, 2, lambda args, error: as_options(error.message)),
+    (OSError, 2, lambda args, error: os_error(args, error)),  # unreadable input, unwritable output
+    (WorkerLost, 1, lambda args, error: as_options(error.message)),
+    (MemoryError, None, out_of_memory),  # NumPy's names the array it could not allocate
+]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, timeout, a batch scheduler ending the job): the command stops and
+    cleans up as it does on Ctrl-C, where Python's default would end it at once and leave a
+    corpus run's lock and pending files behind."""
+
+
+# A stop is not an error: (its type, what is said, the status: 128 + the signal's number)
+STOPS = [
+    (Terminated, "terminated", 128 + signal.SIGTERM),
+    (KeyboardInterrupt, "interrupted", 128 + signal.SIGINT),
+]
 
 
 def run(args) -> int:
-    """The command, its errors turned into one line and an exit status."""
-    say_logged()
+    """The command, its errors turned into one line and an exit status (ERRORS)."""
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", RuntimeWarning)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            layer_said, python = [], warnings.showwarning
+            warnings.showwarning = lambda *shown: show_warning(layer_said, python, *shown)
             code = args.run(args)
-        say_warnings(caught)  # after a command that ended well: an error says enough
+        if layer_said:  # after a command that ended well: an error says enough
+            warn_float32(NUMPY_SAID)
         flush_stdout()
         return code
     except BrokenPipeError:
         return reader_gone()
-    except InputError as error:
-        print(f"npbert: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # an unreadable input or unwritable output file
-        print(f"npbert: error: {os_error(args, error)}", file=sys.stderr)
-        return 2
-    except WorkerLost as error:
-        print(f"npbert: error: {error}", file=sys.stderr)
-        return 1
-    except MemoryError as error:  # NumPy's names the array it could not allocate
-        reason = str(error) or "no more could be allocated"
-        print(f"npbert: error: out of memory ({reason})", file=sys.stderr)
-        return 2 if getattr(args, "verdict", False) else 1  # compare's and explain's 1 is one
-    except Terminated:
-        print("npbert: terminated", file=sys.stderr)
-        return 128 + signal.SIGTERM
-    except KeyboardInterrupt:
-        print("npbert: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+    except tuple(kind for kind, _, _ in ERRORS + STOPS) as error:
+        return ended(args, error)
+
+
+def ended(args, error: BaseException) -> int:
+    """Say the error or stop in one line; its exit status."""
+    for kind, said, status in STOPS:
+        if isinstance(error, kind):
+            print(f"npbert: {said}", file=sys.stderr)
+            return status
+    kind, status, line = next(entry for entry in ERRORS if isinstance(error, entry[0]))
+    print(f"npbert: error: {line(args, error)}", file=sys.stderr)
+    return status or (2 if getattr(args, "verdict", False) else 1)
 
 
 def os_error(args, error: OSError) -> str:
@@ -94,29 +118,22 @@ LAYER_FILES = tuple(os.path.join(PACKAGE, part) + os.sep for part in ("layer", "
 NUMPY_FILES = os.path.dirname(np.__file__) + os.sep
 
 
-def say_warnings(caught: list) -> None:
-    """NumPy's RuntimeWarnings from the layer (NaN or Inf met, float32 overflowed), which
-    name a line of npbert, as one line that says what they mean for the output; other
-    warnings as they are."""
-    numpy_said = [
-        w
-        for w in caught
-        if issubclass(w.category, RuntimeWarning)
-        and w.filename.startswith((*LAYER_FILES, NUMPY_FILES))
-    ]
-    for other in (w for w in caught if w not in numpy_said):
-        warnings.showwarning(other.message, other.category, other.filename, other.lineno)
-    if numpy_said:
-        warn_float32(
-            "NaN, Inf or a float32 overflow in the layer: the checkpoint's tensors hold NaN or "
-            "Inf, or values too large for float32"
-        )
+NUMPY_SAID = (
+    "NaN, Inf or a float32 overflow in the layer: the checkpoint's tensors hold NaN or Inf, or "
+    "values too large for float32"
+)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (kill, timeout, a batch scheduler ending the job): the command stops and
-    cleans up as it does on Ctrl-C, where Python's default would end it at once and leave a
-    corpus run's lock and pending files behind."""
+def show_warning(layer_said: list, python, message, category, filename, lineno, *rest) -> None:
+    """Every warning in one place: npbert's at once, as one line with the command's options;
+    NumPy's from the layer (NaN or Inf met, float32 overflowed) kept, to be said as one line
+    of what they mean for the output; any other as Python shows it."""
+    if isinstance(message, NpbertWarning):
+        print(f"npbert: warning: {as_options(message.message)}", file=sys.stderr)
+    elif issubclass(category, RuntimeWarning) and filename.startswith((*LAYER_FILES, NUMPY_FILES)):
+        layer_said.append(message)
+    else:
+        python(message, category, filename, lineno, *rest)
 
 
 def interrupted(signum, frame) -> None:

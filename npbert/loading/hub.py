@@ -41,7 +41,7 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 
 from npbert.atomic import building_directory
-from npbert.errors import InputError, first_line
+from npbert.errors import InputError, first_line, warn
 from npbert.layer.inputs import check_flag, check_path
 from npbert.loading.checkpoint import (
     INDEX_FILE,
@@ -62,8 +62,6 @@ from npbert.loading.header import (
     require_floats,
 )
 from npbert.loading.ranges import RangeIgnored, get_range, network_errors
-
-logger = logging.getLogger(__name__)
 
 EMBEDDINGS_DIR = "npbert-embeddings"  # in a snapshot; no Hub repo is expected to have one
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
@@ -474,12 +472,10 @@ def download(repo_id: str, revision: str | None, full: bool, access: Access) -> 
     if fetched is None and not full:
         try:
             fetched = fetch_embeddings(repo_id, revision, commit, files, snapshot, config, access)
-        except RangeIgnored as answer:  # logged, not printed: the CLI shows it as a warning
-            logger.warning(
-                "the server did not answer the Range request for %s with the part asked (it "
-                "answered %s); downloading the whole weights file instead",
-                repo_id,
-                answer,
+        except RangeIgnored as answer:
+            warn(
+                f"the server did not answer the Range request for {repo_id} with the part asked "
+                f"(it answered {answer}); downloading the whole weights file instead"
             )
     if fetched is None:
         fetched = _download_whole(repo_id, revision, commit, files, snapshot, config, access)
@@ -637,19 +633,17 @@ def still_waiting(filename: str):
     after = first_answer_timeout() + 2
     return notice_after(
         after,
-        "still waiting for %s from %s after %g s: huggingface_hub retries a request that "
-        "fails or gets no answer, for up to several minutes (Ctrl-C stops)",
-        filename,
-        hub_address(),
-        after,
+        f"still waiting for {filename} from {hub_address()} after {after:g} s: huggingface_hub "
+        "retries a request that fails or gets no answer, for up to several minutes (Ctrl-C "
+        "stops)",
     )
 
 
 @contextmanager
-def notice_after(seconds: float, message: str, *args):
-    """Log `message % args` as a warning if the block, or the timer it is given, is not done
-    in `seconds`: a wait that shows no sign of life otherwise."""
-    timer = threading.Timer(seconds, logger.warning, args=(message, *args))
+def notice_after(seconds: float, message: str):
+    """Warn of `message` if the block, or the timer it is given, is not done in `seconds`: a
+    wait that shows no sign of life otherwise."""
+    timer = threading.Timer(seconds, warn, args=(message,))
     timer.daemon = True
     timer.start()
     try:
@@ -669,8 +663,11 @@ def repo_lock(path: Path, repo_id: str):
     huggingface_hub logs it only at INFO, which quiet_library_logs keeps off the terminal."""
     from huggingface_hub.utils import WeakFileLock
 
-    message = "waiting for another process fetching %s, which holds the lock %s (Ctrl-C stops)"
-    with notice_after(LOCK_NOTICE, message, repo_id, path) as notice, WeakFileLock(path):
+    message = (
+        f"waiting for another process fetching {repo_id}, which holds the lock {path} "
+        "(Ctrl-C stops)"
+    )
+    with notice_after(LOCK_NOTICE, message) as notice, WeakFileLock(path):
         notice.cancel()
         yield
 

@@ -410,7 +410,8 @@ def shard_arrays(embedder: Embedder, records: list, truncation: bool, dtype: str
     """A chunk's records -> the shard's arrays (npbert.layer.ragged), on one thread."""
     encodings = tokenize(embedder, records, truncation)
     arrays = embed_encodings(embedder.weights, encodings, threads=1)
-    arrays["embeddings"] = arrays["embeddings"].astype(dtype, copy=False)
+    with np.errstate(over="ignore"):  # past float16's range: Inf, as the caller was told
+        arrays["embeddings"] = arrays["embeddings"].astype(dtype, copy=False)
     return arrays
 
 

@@ -23,14 +23,13 @@ that grew is continued and an edited one refused.
 
 import hashlib
 import json
-import logging
 import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from npbert.errors import InputError
+from npbert.errors import InputError, warn
 from npbert.layer.inputs import shown
 from npbert.loading.config import JSON_ERRORS, json_problem
 from npbert.loading.npyfile import given_file
@@ -38,8 +37,6 @@ from npbert.loading.npyfile import given_file
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
 BLOCK = 1 << 20  # bytes read at a time while checking a prefix
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, as Windows editors write: not text
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,7 +116,7 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
 
 
 def say_left_out(source, entries: list[Path], files: list[Path]) -> None:
-    """Log a warning naming what a directory --input holds besides its files of texts, as they
+    """Warn, naming what a directory of texts holds besides its files of texts, as they
     are not read: subdirectories and files of other extensions. Names starting with . or _
     are not named in it (hidden, or metadata such as Hadoop's _SUCCESS). A file of texts
     whose name starts with _ is read; one whose name starts with . is not."""
@@ -128,10 +125,8 @@ def say_left_out(source, entries: list[Path], files: list[Path]) -> None:
     if others:
         names = ", ".join(p.name + "/" * p.is_dir() for p in others[:3])
         more = f" and {len(others) - 3} more" if len(others) > 3 else ""
-        logger.warning(
-            "--input %s: reads only its .txt, .jsonl and .parquet files, not %s%s",
-            source, names, more,
-        )  # fmt: skip
+        warn(f"{{source}} {source}: reads only its .txt, .jsonl and .parquet files, not {names}"
+             + more)  # fmt: skip
 
 
 def _format(path: Path) -> str | None:
