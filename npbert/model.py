@@ -61,8 +61,8 @@ def check_text(config) -> None:
     """InputError for a family whose text npbert cannot tokenize (Family.no_text)."""
     if config.family.no_text:
         raise InputError(
-            f"{config.model_type}: {config.family.no_text}; npbert takes its ids alone (embed, "
-            "explain and compare --ids-file, npbert.embed)"
+            f"{config.model_type}: {config.family.no_text}; npbert takes its ids alone "
+            "({input_ids})"
         )
 
 

@@ -47,7 +47,7 @@ def _ray(local: bool = False):
         import ray
         import ray.data
     except ImportError:
-        raise InputError("--engine ray needs Ray Data: pip install 'npbert[ray]'") from None
+        raise InputError("{engine='ray'} needs Ray Data: pip install 'npbert[ray]'") from None
     return ray
 
 
@@ -217,8 +217,8 @@ class EmbedChunks:
             )
         except InputError as error:
             self.unloaded = (
-                f"a Ray actor cannot load the model: {error} (the shards before are kept: once "
-                "every node can load it, run again with --resume)"
+                f"a Ray actor cannot load the model: {error.message} (the shards before are kept: "
+                "once every node can load it, run again with {resume=True})"
             )
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -334,7 +334,7 @@ class RayEngine:
             raise WorkerLost(
                 f"a Ray actor or worker ended abruptly ({type(error).__name__}: killed, or out "
                 f"of memory?) and the run stopped{where}: the shards before it are kept; run "
-                "again with --resume"
+                "again with {resume=True}"
             ) from None
         finally:
             # Closed now, not by the garbage collector (the traceback of a Ctrl-C holds it):

@@ -235,7 +235,7 @@ def test_a_wrong_output_given_alone_names_no_step(tmp_path, capsys, minilm, mini
     assert out.endswith(
         "FAIL: 'embeddings' is the first stage given that disagrees; word, token_type, position, "
         "sum, normalized were not checked, and the fault may be there: give them too (an .npz "
-        "of every stage, as `npbert embed --stages` writes) to find it"
+        "of every stage, named as embed_stages names them) to find it"
     )
 
 

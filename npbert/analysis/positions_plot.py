@@ -22,11 +22,11 @@ INSTALL = "pip install 'npbert[plot]'"
 def check_plot_path(path: Path) -> None:
     """InputError unless path names a .png, .svg or .pdf (not a directory) in a directory
     that exists, and matplotlib is there to draw it: before the analysis, not after."""
-    check_output_file(path, "--plot", FORMATS)
+    check_output_file(path, "{plot}", FORMATS)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise InputError(f"--plot: plotting needs matplotlib: {INSTALL}") from None
+        raise InputError(f"{{plot}}: plotting needs matplotlib: {INSTALL}") from None
 
 
 def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str = "") -> None:
@@ -43,7 +43,7 @@ def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str =
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as error:
-        raise InputError(f"--plot: plotting needs matplotlib ({error}): {INSTALL}") from None
+        raise InputError(f"{{plot}}: plotting needs matplotlib ({error}): {INSTALL}") from None
 
     table = np.asarray(table, dtype=np.float64)
     sinusoidal = sinusoidal_table(*table.shape)

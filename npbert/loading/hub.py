@@ -186,7 +186,7 @@ def resolve(
             local_files_only=local_files_only,
         )
     except NotFound as error:  # a mistyped directory name ends up here, so say both
-        raise NotFound(f"{error}; no local directory named {model} exists either") from None
+        raise NotFound(f"{error.message}; no local directory named {model} exists either") from None
     return fetched.directory, fetched.source
 
 

@@ -110,7 +110,7 @@ class Tokenizer:
                 else:
                     why = (
                         f"more than the limit of {max_length}; ask for truncation "
-                        f"(truncation=True, --truncate) to keep the first {max_length}"
+                        f"({{truncation=True}}) to keep the first {max_length}"
                     )
                 raise InputError(f"{name} has {len(encoding.ids)} tokens, {why}")
         return encodings

@@ -209,7 +209,7 @@ def writing(directory: Path):
             raise BlockingIOError
     except (BlockingIOError, FileNotFoundError):
         os.close(fd)
-        raise InputError(f"--out {directory}: another npbert run is writing it") from None
+        raise InputError(f"{{directory}} {directory}: another npbert run is writing it") from None
     try:
         yield
     finally:
@@ -251,13 +251,13 @@ def check_counts(index: dict, path: Path) -> None:
     the wrong place."""
     consumed = index.get("consumed")
     if not isinstance(consumed, dict) or not isinstance(consumed.get("sha256"), str):
-        raise InputError(f"--resume: {path} does not say what input it holds")
+        raise InputError(f"{{resume=True}}: {path} does not say what input it holds")
     more = (consumed.get("texts"), consumed.get("bytes"))
-    check_totals(index, path, "--resume", "give a new directory", more)
+    check_totals(index, path, "{resume=True}", "give a new directory", more)
     if index["texts"] != consumed["texts"]:
         raise InputError(
-            f"--resume: {path}'s counts disagree (its texts are not the input's texts it says "
-            "were consumed): give a new directory"
+            f"{{resume=True}}: {path}'s counts disagree (its texts are not the input's texts it "
+            "says were consumed): give a new directory"
         )
 
 
@@ -285,24 +285,24 @@ def check_totals(index: dict, path: Path, what: str, advice: str, more: tuple = 
 def check_out(directory: Path, resume: bool) -> None:
     """InputError unless `directory` is absent, empty, or with --resume an npbert corpus."""
     if directory.exists() and not directory.is_dir():
-        raise InputError(f"--out {directory} is a file, not a directory")
+        raise InputError(f"{{directory}} {directory} is a file, not a directory")
     if directory.is_symlink() and not directory.exists():  # mkdir would say "File exists"
         raise InputError(
-            f"--out {directory} is a symbolic link to {os.readlink(directory)}, which does not "
-            "exist: create that directory, or give another"
+            f"{{directory}} {directory} is a symbolic link to {os.readlink(directory)}, which "
+            "does not exist: create that directory, or give another"
         )
     present = [p for p in directory.iterdir() if p.name != LOCK] if directory.exists() else []
     if present and not resume:
         held = (directory / LOCK).exists()  # a run is writing it, or was killed
         running = " (once it has ended, if it is still running)" if held else ""
         raise InputError(
-            f"--out {directory} exists and is not empty: pass --resume to continue the run "
-            f"that wrote it{running}, or give a new directory"
+            f"{{directory}} {directory} exists and is not empty: pass {{resume=True}} to continue "
+            f"the run that wrote it{running}, or give a new directory"
         )
     others = [path.name for path in present if not is_pending(path)]
     if resume and not (directory / INDEX).exists() and others:
         raise InputError(
-            f"--resume: {directory} has no {INDEX} but holds other files ({others[0]}"
+            f"{{resume=True}}: {directory} has no {INDEX} but holds other files ({others[0]}"
             f"{', ...' if len(others) > 1 else ''}): "
             "it is not an npbert corpus to continue"
         )
@@ -316,17 +316,17 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
         index["consumed"] = Consumed().state()  # nothing yet
         write_index(directory, index)
         return index
-    index = read_index(directory, "--resume")
+    index = read_index(directory, "{resume=True}")
     changed = [k for k in settings if k not in RECORDED and index.get(k) != settings[k]]
     if "format" in changed:
         held = "an index of no format" if index.get("format") is None else repr(index["format"])
         raise InputError(
-            f"--resume: {directory} holds {held}, which this npbert cannot continue "
+            f"{{resume=True}}: {directory} holds {held}, which this npbert cannot continue "
             f"({FORMAT!r}): give a new directory"
         )
     if changed:
         raise InputError(
-            f"--resume: {directory} was written with other settings ({', '.join(changed)}); "
+            f"{{resume=True}}: {directory} was written with other settings ({', '.join(changed)}); "
             "give a new directory"
         )
     check_counts(index, directory / INDEX)
@@ -334,10 +334,10 @@ def start_index(directory: Path, settings: dict, resume: bool) -> dict:
         for suffix in SHARD_FILES.values():
             if not (directory / f"{shard['name']}{suffix}.npy").is_file():
                 raise InputError(
-                    f"--resume: {directory} has lost {shard['name']}{suffix}.npy, which its "
+                    f"{{resume=True}}: {directory} has lost {shard['name']}{suffix}.npy, which its "
                     f"{INDEX} lists: give a new directory"
                 )
-        read_shard(directory, shard, index, "--resume")
+        read_shard(directory, shard, index, "{resume=True}")
     remove_pending(directory)
     remove_unlisted(directory, len(index["shards"]))
     return index
@@ -483,7 +483,7 @@ class LocalEngine:
             stopped = f" before {in_flight[0][0]}" if in_flight else ""
             raise WorkerLost(
                 "a worker process ended abruptly (killed, or out of memory?) and the run "
-                f"stopped{stopped}: the shards before it are kept; run again with --resume"
+                f"stopped{stopped}: the shards before it are kept; run again with {{resume=True}}"
             ) from None
 
 
@@ -504,7 +504,7 @@ def out_of_memory(name: str, chunk: Chunk) -> WorkerLost:
     return WorkerLost(
         f"a worker ran out of memory embedding {name} ({chunk.texts:,} texts, "
         f"{chunk.size:,} bytes of input) and the run stopped: the shards before it are "
-        "kept; run again with --resume, with a smaller --shard-bytes or more memory"
+        "kept; run again with {resume=True}, with a smaller {shard_bytes} or more memory"
     )
 
 
@@ -633,8 +633,8 @@ def read_corpus(directory: str | os.PathLike, *, partial: bool = False) -> Itera
     if not check_flag("partial", partial) and index.get("complete") is not True:
         raise InputError(
             f"read_corpus: {directory} holds a run that has not completed (the first "
-            f"{index.get('texts', 0):,} texts): finish it with --resume, or pass partial=True "
-            "to read what it holds"
+            f"{index.get('texts', 0):,} texts): finish it with {{resume=True}}, or pass "
+            "partial=True to read what it holds"
         )
     for shard in index["shards"]:
         rows, lengths = read_shard(directory, shard, index, "read_corpus")

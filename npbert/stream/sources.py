@@ -78,35 +78,37 @@ def input_files(source: str | os.PathLike, input_format: str | None) -> list[tup
         raise InputError(f"input format {shown(input_format)}: use txt, jsonl or parquet")
     source = os.fspath(source)
     if source == "":  # Path("") is the current directory
-        raise InputError("--input is empty: give a file, a directory, or - for standard input")
+        raise InputError("{source} is empty: give a file, a directory, or - for standard input")
     if source == "-":
         if input_format == "parquet":
-            raise InputError("--input -: standard input takes txt or jsonl, not Parquet")
+            raise InputError("{source} -: standard input takes txt or jsonl, not Parquet")
         if sys.stdin is None:  # started with it closed (<&-)
-            raise InputError("--input -: standard input is closed")
+            raise InputError("{source} -: standard input is closed")
         return [("-", input_format or "txt")]
     path = Path(source)
     if path.is_dir():
         entries = sorted(path.iterdir())
         files = [p for p in entries if _format(p) and p.name[0] != "." and not p.is_dir()]
         if not files:
-            raise InputError(f"--input {source}: a directory with no .txt, .jsonl or .parquet file")
+            raise InputError(
+                f"{{source}} {source}: a directory with no .txt, .jsonl or .parquet file"
+            )
         say_left_out(source, entries, files)
     elif path.exists():
         files = [path]
     else:
-        raise InputError(f"--input {source}: No such file or directory")
+        raise InputError(f"{{source}} {source}: No such file or directory")
     for p in files:  # a FIFO or a device would be waited on, or read only once
         if p.exists() and not p.is_file():
             raise InputError(
-                f"--input {p}: not a regular file (a pipe or a device); for standard input, "
-                "give --input -"
+                f"{{source}} {p}: not a regular file (a pipe or a device); for standard input, "
+                "give {source} -"
             )
-        given_file(p, "--input")  # a link to nothing, in a directory: before any output
+        given_file(p, "{source}")  # a link to nothing, in a directory: before any output
     if input_format is None and not _format(files[0]):
         raise InputError(
-            f"--input {source}: {files[0].suffix or 'no'} extension; name it .txt, .jsonl or "
-            ".parquet, or give its format (--input-format)"
+            f"{{source}} {source}: {files[0].suffix or 'no'} extension; name it .txt, .jsonl or "
+            ".parquet, or give its format ({input_format})"
         )
     files = [(str(p), input_format or _format(p)) for p in files]
     for name, kind in files:  # a Parquet file's columns are checked before any output
@@ -193,10 +195,10 @@ class Prefix:
         same = ("bytes", "sha256")
         if self.done is not None and any(consumed.state()[k] != self.done[k] for k in same):
             raise InputError(
-                f"--resume: the input has changed since its first {self.done['texts']:,} texts "
-                f"({self.done['bytes']:,} bytes) were embedded: they differ now (their bytes, or "
-                "the name or format of a file, hashed with them), so the shards no longer match "
-                "it; start again in a new directory"
+                f"{{resume=True}}: the input has changed since its first "
+                f"{self.done['texts']:,} texts ({self.done['bytes']:,} bytes) were embedded: they "
+                "differ now (their bytes, or the name or format of a file, hashed with them), so "
+                "the shards no longer match it; start again in a new directory"
             )
         self.done = None
 
@@ -265,7 +267,7 @@ def _open(path: str):
     try:
         return open(path, "rb")
     except OSError as error:
-        raise InputError(f"--input {path}: {error.strerror}") from None
+        raise InputError(f"{{source}} {path}: {error.strerror}") from None
 
 
 def _skip_lines(path: str, stream, consumed: Consumed, prefix: Prefix) -> tuple[int, int]:
@@ -293,7 +295,7 @@ def _skip_lines(path: str, stream, consumed: Consumed, prefix: Prefix) -> tuple[
         elif following:
             name = "stdin" if path == "-" else Path(path).name
             raise InputError(
-                f"--resume: {name} line {lines + 1} has changed since it was embedded (it "
+                f"{{resume=True}}: {name} line {lines + 1} has changed since it was embedded (it "
                 "went on past where it ended then); start again in a new directory"
             )
         lines += 1
@@ -318,7 +320,7 @@ def _parquet_file(path: str):
     except (OSError, ValueError) as error:  # pyarrow.ArrowInvalid is a ValueError
         reason = " ".join(str(error).split())  # pyarrow's may end in a newline: one line
         raise InputError(
-            f"--input {Path(path).name}: not a readable Parquet file ({reason})"
+            f"{{source}} {Path(path).name}: not a readable Parquet file ({reason})"
         ) from None
     schema = file.schema_arrow
     if "text" not in schema.names:
@@ -367,7 +369,7 @@ def _next_batch(batches, path: str, row: int):
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
         reason = " ".join(str(error).split())
         raise InputError(
-            f"--input {Path(path).name}: a damaged Parquet file ({reason}), found reading on "
+            f"{{source}} {Path(path).name}: a damaged Parquet file ({reason}), found reading on "
             f"from row {row} (counting from 0)"
         ) from None
 
@@ -465,7 +467,7 @@ def _read_range(chunk: Chunk) -> bytes:
             f.seek(chunk.start)
             return f.read(chunk.stop - chunk.start)
     except OSError as error:
-        raise InputError(f"--input {chunk.path}: {error.strerror}") from None
+        raise InputError(f"{{source}} {chunk.path}: {error.strerror}") from None
 
 
 def _record(chunk: Chunk, number: int, line: bytes) -> Record:

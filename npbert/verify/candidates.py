@@ -110,7 +110,7 @@ def _load_safetensors(path: Path) -> dict:
     try:
         data_start, tensors = read_file_header(path)
     except InputError as error:  # it names the file: say what the file is
-        raise InputError(f"candidate {error}") from None
+        raise InputError(f"candidate {error.message}") from None
     arrays = {}
     with safe_open(str(path), "numpy") as file:
         for name, info in tensors.items():

@@ -18,7 +18,7 @@ def product_note(atol: float) -> str:
 
 FLOAT64_HELD = (
     "float64 values, held to float32's tolerance: one computing in float64 comes far closer "
-    f"(--atol {FLOAT64_ATOL:g} holds it to that)"
+    f"(an atol of {FLOAT64_ATOL:g} holds it to that)"
 )
 
 
@@ -57,13 +57,13 @@ PADDING_ONLY = (
 PADDED_FURTHER = (
     "{} tokens a sequence where the reference has {}: padded to a fixed length (as "
     "tokenizer.json's padding may say)? npbert pads a batch only to its longest text; give "
-    "the padded ids with --ids-file and the mask with --attention-mask-file to compare all"
+    "the reference the padded ids and their attention mask to compare all"
 )
 
 
 WHOLE_NUMBERS = (
     "every value is a whole number, as token ids are, where this stage holds the layer's "
-    "real-valued rows: ids given as the candidate? (ids to embed go in --ids-file)"
+    "real-valued rows: ids given as the candidate? (the ids are the reference's input)"
 )
 
 

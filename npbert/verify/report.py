@@ -92,6 +92,6 @@ def verdict(report: dict) -> str:
     return (
         f"FAIL: '{bad}' is the first stage given that disagrees; {', '.join(unchecked)} "
         f"{'was' if one else 'were'} not checked, and the fault may be there: give "
-        f"{'it' if one else 'them'} too (an .npz of every stage, as `npbert embed --stages` "
-        "writes) to find it"
+        f"{'it' if one else 'them'} too (an .npz of every stage, named as embed_stages names "
+        "them) to find it"
     )
