@@ -427,7 +427,7 @@ def test_max_length_per_call_is_capped_by_the_model(embedder):
 def test_truncation_that_cannot_fit_the_special_tokens_says_so(embedder, texts, max_length):
     with pytest.raises(InputError, match="too few for the tokenizer's own special tokens") as e:
         embedder(texts[0], *texts[1:], max_length=max_length, truncation=True)
-    assert "ask for truncation" not in str(e.value)
+    assert "pass truncation=True" not in str(e.value)
 
 
 @pytest.mark.parametrize(

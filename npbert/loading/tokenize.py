@@ -109,8 +109,8 @@ class Tokenizer:
                     )
                 else:
                     why = (
-                        f"more than the limit of {max_length}; ask for truncation "
-                        f"({{truncation=True}}) to keep the first {max_length}"
+                        f"more than the limit of {max_length}; pass {{truncation=True}} to keep "
+                        f"the first {max_length}"
                     )
                 raise InputError(f"{name} has {len(encoding.ids)} tokens, {why}")
         return encodings
