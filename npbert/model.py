@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from npbert.errors import InputError
-from npbert.layer import fast
+from npbert.layer import fast, pool
 from npbert.layer.inputs import check_count, check_flag, prepare_inputs, shown
 from npbert.layer.ragged import embed_encodings
 from npbert.layer.weights import EmbeddingWeights, check_weights
@@ -165,7 +165,7 @@ def embed(
     """
     check_weights(weights)
     check_flag("project", project)
-    threads = None if threads is None else fast.check_threads(threads)
+    threads = None if threads is None else pool.check_threads(threads)
     if float_dtype(dtype) != np.float32:
         arguments = (weights, input_ids, token_type_ids, position_ids, attention_mask)
         stages = embed_stages(*arguments, dtype=dtype, project=project)

@@ -110,12 +110,12 @@ def speed(directory: Path, rounds: int) -> list[tuple]:
     import torch
 
     import npbert
-    from npbert.layer import fast
+    from npbert.layer import tables
 
     weights = npbert.load_weights(directory)
-    fast.centered_table(weights, "always")  # the steady state: see the "looked up" row
+    tables.centered_table(weights, "always")  # the steady state: see the "looked up" row
     lookup = npbert.load_weights(directory)
-    fast.centered_table(lookup, "never")
+    tables.centered_table(lookup, "never")
     module = torch_module(weights)
     rng = np.random.default_rng(1)
     rows = []

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import npbert
-from npbert.layer import fast
+from npbert.layer import fast, pool, tables
 from npbert.layer.cores import cpus
 
 FAST_TOLERANCE = 2e-6  # max |fast - readable|: they round in a different order (npbert.layer.fast)
@@ -104,7 +104,7 @@ def test_threads_do_not_change_the_result(models):
     ids = rng.integers(0, 30522, (8, 512))
     one = npbert.embed(models["minilm"], ids, threads=1)
     np.testing.assert_array_equal(npbert.embed(models["minilm"], ids, threads=2), one)
-    threads = min(7, fast.THREADS_PER_CORE * cpus())  # more than blocks, where allowed
+    threads = min(7, pool.THREADS_PER_CORE * cpus())  # more than blocks, where allowed
     np.testing.assert_array_equal(npbert.embed(models["minilm"], ids, threads=threads), one)
 
 
@@ -126,14 +126,14 @@ def test_float32_weights_are_memory_mapped_not_copied(models):
 
 
 def test_the_output_sits_at_the_word_tables_offset_in_a_page(models):
-    # So the lookup's copies never write just past where they read (npbert.layer.fast.empty); one
+    # So the lookup's copies never write just past where they read (npbert.layer.kernels.empty); one
     # block's output is too small for it to matter.
     weights = models["minilm"]
     for shape in [(3, 200), (40, 128), (fast.BLOCK + 1, 1)]:
         out = npbert.embed(weights, np.ones(shape, np.int64))
         assert out.shape == (*shape, weights.config.output_size) and out.dtype == np.float32
         assert out.flags.c_contiguous
-        table = fast.derived(weights).words
+        table = tables.derived(weights).words
         table = weights.word_embeddings if table is None else table
         assert out.ctypes.data % 4096 == table.ctypes.data % 4096
 
@@ -170,33 +170,33 @@ def test_the_centered_word_table_changes_no_bit(minilm_dir):
     # Word rows are centered as they are looked up, or from a table centered once: the same
     # float32 operations, so the same result (npbert.layer.fast's docstring).
     weights = npbert.load_weights(minilm_dir)
-    fast.centered_table(weights, "never")
+    tables.centered_table(weights, "never")
     ids = np.random.default_rng(3).integers(0, 30522, (4, 100))
     types = (np.arange(100) >= 60).astype(np.int64)[None].repeat(4, 0)
     looked_up = npbert.embed(weights, ids, types)
-    assert fast.derived(weights).words is None
-    fast.centered_table(weights, "always")
-    assert fast.derived(weights).words is not None
+    assert tables.derived(weights).words is None
+    tables.centered_table(weights, "always")
+    assert tables.derived(weights).words is not None
     np.testing.assert_array_equal(npbert.embed(weights, ids, types), looked_up)
-    fast.centered_table(weights, "never")
-    assert fast.derived(weights).words is None
+    tables.centered_table(weights, "never")
+    assert tables.derived(weights).words is None
 
 
 def test_the_centered_table_is_made_once_it_pays():
     weights = npbert.load_weights(TINY)  # 87 rows
     npbert.embed(weights, np.ones((1, 80), np.int64))
-    assert fast.derived(weights).words is None
+    assert tables.derived(weights).words is None
     npbert.embed(weights, np.ones((1, 10), np.int64))
-    assert fast.derived(weights).words is not None
+    assert tables.derived(weights).words is not None
 
 
 def test_centered_table_modes_are_checked(models):
     for mode in ("sometimes", np.array(["auto", "never"]), ["auto"]):
         with pytest.raises(npbert.InputError, match="mode must be"):
-            fast.centered_table(models["tiny"], mode)
+            tables.centered_table(models["tiny"], mode)
     for other in ("tiny", models["tiny"].config):
         with pytest.raises(npbert.InputError, match="must be npbert's EmbeddingWeights"):
-            fast.centered_table(other, "always")
+            tables.centered_table(other, "always")
 
 
 def modified_tiny(tmp_path, change):
@@ -234,14 +234,14 @@ def test_batches_of_every_size_share_one_pool_of_threads(models):
     import threading
 
     weights = models["tiny"]
-    most = fast.THREADS_PER_CORE * cpus()  # the most threads a call may ask for
+    most = pool.THREADS_PER_CORE * cpus()  # the most threads a call may ask for
     npbert.embed(weights, np.ones((1, 8), np.int64), threads=2)
     before = threading.active_count()
     with blocks_of(16):  # 1 to 79 sequences of 8 tokens: 1 to 40 blocks
         for batch in range(1, 80, 3):
             npbert.embed(weights, np.ones((batch, 8), np.int64), threads=most)
     assert threading.active_count() - before <= most - 1
-    assert len(fast._pool) == 1
+    assert len(pool._pool) == 1
 
 
 CHECKPOINTS = sorted(path.name for path in DATA.glob("tiny-*"))
@@ -286,7 +286,7 @@ def test_default_positions_add_the_tables_first_rows_and_change_no_bit(name):
             np.testing.assert_array_equal(default, looked_up)
             np.testing.assert_array_equal(alone, default[0])
         inputs = prepare_inputs(config, ids[:1], None, None, None)
-        plan = fast.Plan.make(weights, fast.derived(weights), inputs, 1, length, fast.BLOCK)
+        plan = fast.Plan.make(weights, tables.derived(weights), inputs, 1, length, fast.BLOCK)
         if config.positions == "absolute":  # a view of the table, not a gathered copy
             assert np.shares_memory(plan.tile, plan.added)
 
@@ -303,7 +303,7 @@ def test_texts_back_to_back_gather_their_rows_per_block_not_a_tile_as_big_as_the
     ids = np.full(sum(lengths), 7)
     inputs = prepare(config, ids, np.zeros_like(ids), lengths)
     assert not inputs.positions_from_zero
-    plan = fast.Plan.make(weights, fast.derived(weights), inputs, 1, len(ids), fast.BLOCK)
+    plan = fast.Plan.make(weights, tables.derived(weights), inputs, 1, len(ids), fast.BLOCK)
     assert plan.tile is None and plan.rows.shape == (len(ids),)
     assert prepare_inputs(config, ids[:9], None, None, None).positions_from_zero
     assert not prepare_inputs(config, ids[:9], None, np.arange(9), None).positions_from_zero
@@ -324,7 +324,7 @@ def test_calls_that_grow_the_pool_at_once_all_succeed():
     ids = np.random.default_rng(0).integers(5, 87, (64, 64))  # 16 blocks: up to 16 threads
     expected = npbert.embed(weights, ids, threads=1)
     for _ in range(5):  # a race: several tries, each bounded
-        fast._pool.clear()
+        pool._pool.clear()
         errors, start = [], threading.Barrier(8, timeout=30)
 
         def call(threads, start=start, errors=errors):
@@ -334,7 +334,7 @@ def test_calls_that_grow_the_pool_at_once_all_succeed():
             except Exception as error:
                 errors.append(repr(error))
 
-        most = fast.THREADS_PER_CORE * cpus()  # 8 callers, each asking for another count
+        most = pool.THREADS_PER_CORE * cpus()  # 8 callers, each asking for another count
         callers = [threading.Thread(target=call, args=(1 + k % most,)) for k in range(8)]
         for caller in callers:
             caller.start()
@@ -357,7 +357,7 @@ def test_an_error_in_the_calling_threads_share_stops_and_awaits_the_helpers():
             done.append(block)
 
     with pytest.raises(MemoryError, match="the caller's block"):
-        fast.run(work, list(range(200)), 2)
+        pool.run(work, list(range(200)), 2)
     finished = len(done)
     time.sleep(0.05)
     assert len(done) == finished < 20  # the helper stopped early, and had ended by then
@@ -408,23 +408,23 @@ def _tracked(fail_on=None):
 def test_an_error_in_a_helper_comes_out_once_every_thread_has_stopped():
     work, state = _tracked(fail_on=1)
     with pytest.raises(ValueError, match="block failed"):
-        fast.run(work, list(range(60)), 3)
+        pool.run(work, list(range(60)), 3)
     assert state["active"] == 0 and len(state["done"]) < 30  # the rest were dropped
 
 
 def test_a_helper_that_cannot_start_leaves_its_work_to_the_others(monkeypatch):
     work, state = _tracked()
-    pool = fast.thread_pool(3)
+    executor = pool.thread_pool(3)
     submitted = []
 
     def submit(*args):
         if submitted:
             raise RuntimeError("can't start new thread")
         submitted.append(1)
-        return type(pool).submit(pool, *args)
+        return type(executor).submit(executor, *args)
 
-    monkeypatch.setattr(pool, "submit", submit)
-    fast.run(work, list(range(40)), 3)
+    monkeypatch.setattr(executor, "submit", submit)
+    pool.run(work, list(range(40)), 3)
     assert state["active"] == 0 and sorted(state["done"]) == list(range(40))
 
 

@@ -1167,22 +1167,22 @@ def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
 
 def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir, monkeypatch):
     """It makes Wc up front, for its workers to share, only where "auto" would make it."""
-    from npbert.layer import fast
+    from npbert.layer import tables
     from npbert.stream import embed_corpus
 
     source = tmp_path / "c.txt"
     source.write_text("\n".join(corpus_lines(20, seed=9)) + "\n")
     never = npbert.Embedder.from_pretrained(minilm_dir)
-    fast.centered_table(never.weights, "never")
+    tables.centered_table(never.weights, "never")
     embed_corpus(never, source, tmp_path / "never", workers=1)
-    assert fast.derived(never.weights).words is None
+    assert tables.derived(never.weights).words is None
     auto = npbert.Embedder.from_pretrained(minilm_dir)
     embed_corpus(auto, source, tmp_path / "auto", workers=1)
-    assert fast.derived(auto.weights).words is not None
-    monkeypatch.setattr(fast, "AUTO_LIMIT", auto.weights.word_embeddings.nbytes - 1)
+    assert tables.derived(auto.weights).words is not None
+    monkeypatch.setattr(tables, "AUTO_LIMIT", auto.weights.word_embeddings.nbytes - 1)
     too_big = npbert.Embedder.from_pretrained(minilm_dir)
     embed_corpus(too_big, source, tmp_path / "too big", workers=1)
-    assert fast.derived(too_big.weights).words is None
+    assert tables.derived(too_big.weights).words is None
 
 
 # --- what the input is taken for ------------------------------------------------------------

@@ -40,7 +40,7 @@ import numpy as np
 
 from npbert.atomic import is_temporary, write_atomically
 from npbert.errors import InputError, WorkerLost
-from npbert.layer import fast
+from npbert.layer import tables
 from npbert.layer.cores import cpus
 from npbert.layer.inputs import check_count, check_flag, check_path, shown
 from npbert.layer.ragged import embed_encodings
@@ -465,8 +465,8 @@ class LocalEngine:
 
     def __call__(self, directory: Path, named: Iterator[tuple[str, Chunk]]):
         weights = self.embedder.weights
-        if fast.may_precompute(weights):  # made once, shared copy-on-write by the workers
-            fast.precompute(weights)
+        if tables.may_precompute(weights):  # made once, shared copy-on-write by the workers
+            tables.precompute(weights)
         from concurrent.futures.process import BrokenProcessPool
 
         in_flight = deque()
