@@ -8,10 +8,11 @@ The layer's math is npbert.layer.embedding; checkpoints are read by npbert.loadi
 streamed by npbert.stream (and npbert.ray), other implementations checked by npbert.verify.
 """
 
+from npbert.embedder import Embedder, EmbedderOutput
 from npbert.errors import InputError, WorkerLost
 from npbert.layer.config import EmbeddingConfig
 from npbert.layer.weights import EmbeddingWeights
-from npbert.model import Embedder, EmbedderOutput, embed, embed_stages, load_weights
+from npbert.model import embed, embed_stages, load_weights
 
 __all__ = [
     "Embedder",

@@ -70,7 +70,7 @@ class Embed:
     """
 
     def __init__(self, model, *, revision=None, full=False, truncation=False, dtype="float32"):
-        from npbert.model import Embedder
+        from npbert.embedder import Embedder
         from npbert.stream.corpus import check_settings
 
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the actor's one CPU
@@ -554,7 +554,7 @@ def embed_corpus_on_ray(
 ) -> dict:
     """npbert.stream.corpus.embed_corpus on a Ray cluster (`address`, or one started here) with
     `workers` actors: the same shards, index and --resume. Returns the index."""
-    from npbert.model import Embedder
+    from npbert.embedder import Embedder
     from npbert.stream.corpus import corpus_settings, run_job
 
     embedder = Embedder.from_pretrained(model, revision=revision, full=full)  # for the index

@@ -172,9 +172,8 @@ def test_threads_must_be_a_positive_whole_number(weights, threads):
 
 def test_threads_are_at_most_four_a_core(weights):
     """threads=10**6 started a thread a block (299 for 600 x 256), which the pool then kept."""
-    from npbert.layer.pool import _pool
-
     from npbert.layer.cores import cpus
+    from npbert.layer.pool import _pool
 
     most = 4 * cpus()
     ids = np.full((8 * most, 128), 5)  # 4 rows a block of 512 tokens: 2 blocks a thread

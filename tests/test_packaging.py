@@ -99,10 +99,11 @@ LAYERS = {
     "layer": {"layer"},
     "loading": {"layer", "loading"},
     "model": {"layer", "loading"},
-    "stream": {"layer", "loading", "model", "stream"},
-    "ray": {"layer", "loading", "model", "stream"},
-    "verify": {"layer", "loading", "model", "verify"},
-    "analysis": {"layer", "loading", "model", "verify", "analysis"},
+    "embedder": {"layer", "loading", "model"},
+    "stream": {"layer", "loading", "model", "embedder", "stream"},
+    "ray": {"layer", "loading", "model", "embedder", "stream"},
+    "verify": {"layer", "loading", "model", "embedder", "verify"},
+    "analysis": {"layer", "loading", "model", "embedder", "verify", "analysis"},
 }
 SHARED = {"errors", "atomic"}
 

@@ -349,7 +349,7 @@ def test_a_text_of_no_tokens_embeds_to_no_rows_alone_and_in_any_batch(tmp_path):
 def test_embed_each_memory_stays_within_a_batch_and_computes_no_padding(embedder, monkeypatch):
     """5,000 texts are never one (5000, L, E) array: each call of the layer sees batch_size
     texts at most, their tokens back to back, none of padding."""
-    from npbert import model
+    from npbert import embedder as model
 
     seen = []
     real = model.embed_encodings

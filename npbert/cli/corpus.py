@@ -111,7 +111,7 @@ def run_embed_corpus(args) -> int:
             address=args.address, **options,
         )  # fmt: skip
     else:
-        from npbert.model import Embedder
+        from npbert.embedder import Embedder
         from npbert.stream.corpus import embed_corpus
 
         embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)

@@ -45,7 +45,7 @@ def explained_inputs(args) -> tuple:
     """(weights, tokens or None, (input_ids, token_type_ids, attention_mask, position_ids))
     for explain: the text tokenized, or --ids-file and the files that go with it, (L,) each
     (None for a file not given: the family's default)."""
-    from npbert.model import Embedder
+    from npbert.embedder import Embedder
 
     if args.ids_file is not None:
         given = read_ids(args, args.text is not None, one=True)

@@ -51,7 +51,7 @@ class ToEmbed:
 
 
 def read_inputs(args) -> ToEmbed:
-    from npbert.model import Embedder
+    from npbert.embedder import Embedder
 
     if args.ids_file is not None:
         return read_ids(args, bool(args.texts))

@@ -67,8 +67,9 @@ def check_tokenizer(directory: Path) -> None:
     """A fetched checkpoint's tokenizer files, read and held against its weights as the
     commands that embed texts read them: what fetch reports fetched, they take. A checkpoint
     without them, or of a family whose text is refused (RoFormer), is for ids alone: it passes."""
+    from npbert.embedder import Embedder
     from npbert.loading.tokenize import tokenizer_file
-    from npbert.model import Embedder, load_weights
+    from npbert.model import load_weights
 
     family = load_weights(directory).config.family
     if tokenizer_file(directory, vocab_txt=family.vocab_txt) and not family.no_text:

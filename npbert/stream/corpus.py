@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from npbert.atomic import is_temporary, write_atomically
+from npbert.embedder import Embedder, check_embedder, check_encodings
 from npbert.errors import InputError, WorkerLost
 from npbert.layer import tables
 from npbert.layer.cores import cpus
@@ -46,7 +47,6 @@ from npbert.layer.inputs import check_count, check_flag, check_path, shown
 from npbert.layer.ragged import embed_encodings
 from npbert.loading.config import JSON_ERRORS, json_problem
 from npbert.loading.npyfile import check_header, load_npy, regular_file
-from npbert.model import Embedder, check_embedder, check_encodings
 from npbert.stream.progress import Progress, check_mode
 from npbert.stream.sources import (
     Chunk,

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from npbert.atomic import building_directory
+from npbert.embedder import Embedder
 from npbert.errors import InputError
 from npbert.layer.inputs import check_path
 from npbert.layer.weights import EmbeddingWeights
 from npbert.loading.checkpoint import NOT_FINITE, float32_trouble
 from npbert.loading.tokenize import tokenizer_file, tokenizer_files
-from npbert.model import Embedder, checkpoint_tokenizer, embed_stages, resolve_weights
+from npbert.model import checkpoint_tokenizer, embed_stages, resolve_weights
 from npbert.verify.tolerances import DEFAULT_ATOL, FLOAT64_ATOL, STEPS, check_finite, stage_atols
 
 SEEDS = [
