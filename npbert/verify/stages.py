@@ -88,78 +88,76 @@ def compare(
     attention_mask=None,
     weights=None,
 ) -> dict:
-    """The full report: every provided stage in order, the first that disagrees, and for the
-    output its float32 ULP error and per-token cosine similarity. reference64 and reference32:
-    embed_stages in float64 and float32 (project=True) for the same inputs. atol None: each
-    stage's default_atol. A reference64 with NaN or Inf is refused: a candidate cannot be right or
-    wrong against it.
-
-    inputs: the reference's inputs, {name: array} as INPUTS names them (None where the layer
-    takes none). The candidate's arrays of those names are checked first, value for value: a
-    tokenizer's mistake shows there, before the lookups. Without it, they are left out.
-
-    attention_mask: the (B, L) mask of the reference's inputs, 0 at padding: a stage out of
-    tolerance only in padding rows says so in its notes (the verdict is still FAIL).
-
-    weights: the checkpoint's EmbeddingWeights. With them, a stage that is a matrix product
-    (projected, embed_proj) is held by default to what float32 products of its length and
-    magnitude can differ by (product_atol), not to default_atol, which a correct port's
-    float32 product can exceed."""
+    """The full report: each stage the candidate gives, in the layer's order, against
+    reference64 and reference32 (embed_stages in float64 and float32, project=True, for the
+    same inputs), the first that disagrees, and for the output its float32 ULPs and per-token
+    cosines. atol None: each stage's own (stage_atols; with `weights`, a product stage's allows
+    what correct float32 products differ by). inputs: the reference's {name: array}, checked
+    value for value against the candidate's first. attention_mask (B, L): a stage wrong only
+    in padding rows says so. A reference with NaN or Inf is refused."""
     check_references(reference64, reference32)
     check_finite(reference64, "npbert's float64 reference")
     ids = np.empty(reference64["word"].shape[:-1], np.intp)  # (B, L): the inputs' shape
     attention_mask = check_mask(attention_mask, ids)
     atol = None if atol is None else check_tolerance("atol", atol)
     rtol = check_tolerance("rtol", rtol)
-    given = candidate
-    candidate = checked_candidate(candidate, reference64)
+    given, candidate = candidate, checked_candidate(candidate, reference64)
     given_inputs = {key: value for key, value in given.items() if key in INPUTS}
     checked_inputs = compare_inputs(given_inputs, {} if inputs is None else inputs)
     batch = batch_size(reference64)
     atols = stage_atols(reference64, weights) if atol is None else dict.fromkeys(reference64, atol)
-    with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
-        stages = [
-            compare_stage(
-                name,
-                candidate[name],
-                reference64[name],
-                reference32[name],
-                atols[name],
-                rtol,
-                batch,
-                attention_mask,
-            )
-            for name in reference64
-            if name in candidate
-        ]
-        summaries = {
-            s.name: output_summary(s.name, candidate, reference64)
-            for s in stages
-            if s.name in OUTPUTS and s.shape_ok
-        }
+    references = reference64, reference32
+    stages = compare_stages(candidate, references, atols, rtol, batch, attention_mask)
+    tolerance = {"atol": atol, "rtol": rtol, "against": "npbert float64 reference"}
+    report = report_of(stages, checked_inputs, candidate, reference64, tolerance)
+    notes = stage_notes(candidate, reference64, stages, OUTPUT in given, batch, attention_mask)
+    if atol is None:  # what the default tolerance was for a stage, where it is not the usual
+        add_tolerance_notes(notes, stages, atols, reference64, float64_stages(given, candidate))
+    for name, said in notes.items():
+        report["stages"][name]["notes"] = said
+    return report
+
+
+def report_of(stages: list, checked_inputs: dict, candidate, reference64, tolerance) -> dict:
+    """The report's verdict, inputs, stages and output summaries (compare adds the rest)."""
     bad_inputs = (name for name, result in checked_inputs.items() if not result["ok"])
     first_bad = next(bad_inputs, None) or next((s.name for s in stages if not s.ok), None)
-    report = {
+    with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
+        summaries = {s.name: output_summary(s.name, candidate, reference64)
+                     for s in stages if s.name in OUTPUTS and s.shape_ok}  # fmt: skip
+    return {
         "ok": first_bad is None,
-        "tolerance": {"atol": atol, "rtol": rtol, "against": "npbert float64 reference"},
+        "tolerance": tolerance,
         "first_disagreeing_stage": first_bad,
         "unchecked_before_it": unchecked_before(first_bad, list(reference64), candidate),
         "inputs": checked_inputs,
         "stages": {s.name: _stage_dict(s) for s in stages},
-    }
-    report.update(summaries)
-    bare = OUTPUT in given
-    for name, notes in stage_notes(
-        candidate, reference64, stages, bare, batch, attention_mask
-    ).items():
-        report["stages"][name]["notes"] = notes
-    for name in PRODUCTS.keys() & report["stages"].keys():
-        if atol is None and atols[name] > default_atol(reference64[name]):
-            report["stages"][name].setdefault("notes", []).append(product_note(atols[name]))
-    if atol is None:  # a float64 implementation held to float32's tolerance would not know
-        for name in float64_stages(given, candidate) & {s.name for s in stages if s.shape_ok}:
-            report["stages"][name].setdefault("notes", []).append(FLOAT64_HELD)
-    return report
+    } | summaries
+
+
+def compare_stages(candidate: dict, references, atols: dict, rtol: float, batch, mask) -> list:
+    """compare_stage for each stage the candidate gives, in the reference's order."""
+    reference64, reference32 = references
+    with np.errstate(all="ignore"):  # a candidate's NaN, Inf or overflow is reported, not warned
+        return [
+            compare_stage(name, candidate[name], reference64[name], reference32[name],
+                          atols[name], rtol, batch, mask)
+            for name in reference64
+            if name in candidate
+        ]  # fmt: skip
+
+
+def add_tolerance_notes(notes: dict, stages: list, atols: dict, reference64: dict, wide: set):
+    """A product stage held to more than default_atol says so, and float64 values held to
+    float32's tolerance say that one computing in float64 would know more."""
+    for stage in stages:
+        said = notes.get(stage.name, [])
+        if stage.name in PRODUCTS and atols[stage.name] > default_atol(reference64[stage.name]):
+            said.append(product_note(atols[stage.name]))
+        if stage.name in wide and stage.shape_ok:
+            said.append(FLOAT64_HELD)
+        if said:
+            notes[stage.name] = said
 
 
 def float64_stages(given: dict, candidate: dict) -> set[str]:
