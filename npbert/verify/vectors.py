@@ -123,6 +123,43 @@ def load_model(model: str | os.PathLike, **options) -> tuple[Embedder | Embeddin
     return Embedder(weights, checkpoint_tokenizer(directory, weights)), ""
 
 
+def new_directory(directory) -> Path:
+    """`directory` as a Path, or InputError unless it is new, in a directory that exists."""
+    directory = check_path("directory", directory)
+    if not directory:  # Path("") is the current directory
+        raise InputError("the directory is empty: give a new directory for the vectors")
+    directory = Path(directory)
+    if directory.exists():
+        raise InputError(f"{directory} exists: give a new directory for the vectors")
+    if not directory.parent.exists():
+        raise InputError(f"{directory}: directory {directory.parent} does not exist")
+    if not directory.parent.is_dir():
+        raise InputError(f"{directory}: {directory.parent} is a file, not a directory")
+    return directory
+
+
+def new_manifest(model, weights: EmbeddingWeights) -> dict:
+    """manifest.json before its cases: the model, its settings, its files' sha256, the
+    tolerances."""
+    return {
+        "format": "npbert conformance vectors, version 3 (FORMAT.md)",
+        "model": weights.source,
+        "tokenizer": None if model is weights else Path(model.tokenizer.name).name,
+        "model_type": weights.config.model_type,
+        "formula": weights.config.formula,
+        "config": {
+            **dataclasses.asdict(weights.config),
+            "layer_norm_bias": weights.layer_norm_bias is not None,
+        },
+        "weights_sha256": {path.name: sha256(path) for path in weights.files},
+        "layer_norm_eps": weights.config.layer_norm_eps,
+        # each float64 file's "atol" applies these to its values (FORMAT.md)
+        "tolerance": {dtype: {"atol": atol, "steps": STEPS} for dtype, atol in BASE_ATOL.items()},
+        "stages": {},
+        "cases": {},
+    }
+
+
 def weights_of(model: Embedder | EmbeddingWeights) -> EmbeddingWeights:
     """The weights of what write_vectors takes."""
     return model if isinstance(model, EmbeddingWeights) else model.weights
@@ -312,37 +349,12 @@ def write_vectors(model: Embedder | EmbeddingWeights, directory: str | os.PathLi
             "model must be npbert's Embedder (npbert.Embedder.from_pretrained), or its "
             f"EmbeddingWeights for a checkpoint without a tokenizer, not {type(model).__name__}"
         )
-    directory = check_path("directory", directory)
-    if not directory:  # Path("") is the current directory
-        raise InputError("the directory is empty: give a new directory for the vectors")
-    directory = Path(directory)
-    if directory.exists():
-        raise InputError(f"{directory} exists: give a new directory for the vectors")
-    if not directory.parent.exists():
-        raise InputError(f"{directory}: directory {directory.parent} does not exist")
-    if not directory.parent.is_dir():
-        raise InputError(f"{directory}: {directory.parent} is a file, not a directory")
+    directory = new_directory(directory)
     weights = weights_of(model)
     trouble = float32_trouble(weights)  # in a row no case looks up too: vectors of a broken
     if trouble and trouble.endswith(NOT_FINITE):  # checkpoint would pass for sound
         raise InputError(f"{trouble} (npbert inspect shows where): no vectors are made of it")
-    manifest = {
-        "format": "npbert conformance vectors, version 3 (FORMAT.md)",
-        "model": weights.source,
-        "tokenizer": None if model is weights else Path(model.tokenizer.name).name,
-        "model_type": weights.config.model_type,
-        "formula": weights.config.formula,
-        "config": {
-            **dataclasses.asdict(weights.config),
-            "layer_norm_bias": weights.layer_norm_bias is not None,
-        },
-        "weights_sha256": {path.name: sha256(path) for path in weights.files},
-        "layer_norm_eps": weights.config.layer_norm_eps,
-        # each float64 file's "atol" applies these to its values (FORMAT.md)
-        "tolerance": {dtype: {"atol": atol, "steps": STEPS} for dtype, atol in BASE_ATOL.items()},
-        "stages": {},
-        "cases": {},
-    }
+    manifest = new_manifest(model, weights)
     with building_directory(directory) as building:
         for name, case in cases(model).items():
             manifest["cases"][name] = _write_case(weights, building / name, case)
