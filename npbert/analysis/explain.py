@@ -218,17 +218,26 @@ def explain(
         "1. Tokens and their ids" if tokens else "1. The ids (given without their tokens)",
         *_id_table(tokens, inputs, shown),
     ]
-    steps = []  # (title, rows or None): the stages, and dropout where the module applies it
+    for step, (title, matrix) in enumerate(_steps(config, stages, titles), start=2):
+        lines += ["", *_rows(f"{step}. {title}", labels, matrix, shown)]
+    return "\n".join([*lines, "", *_check(diff, bad, bound)]), diff <= bound
+
+
+def _steps(config, stages: dict, titles: dict) -> list[tuple[str, np.ndarray | None]]:
+    """(title, rows or None): the stages, and dropout where the module applies it."""
+    steps = []
     for name, matrix in stages.items():
         steps.append((titles[name], matrix))
         if name == config.family.dropout_after:
             steps.append((DROPOUT if name == "embeddings" else DROPOUT_INSIDE, None))
-    for step, (title, matrix) in enumerate(steps, start=2):
-        lines += ["", *_rows(f"{step}. {title}", labels, matrix, shown)]
-    lines += [
-        "",
+    return steps
+
+
+def _check(diff: float, bad: np.ndarray, bound: float) -> list[str]:
+    """The lines that compare the fast path with the steps."""
+    lines = [
         f"Check: npbert.embed(), the fast path, against these steps: max |diff| = {diff:.3g} "
-        + (f"(equal within {bound:.3g})" if diff <= bound else "(MISMATCH)"),
+        + (f"(equal within {bound:.3g})" if diff <= bound else "(MISMATCH)")
     ]
     if bad.any():
         lines.append(
@@ -236,7 +245,7 @@ def explain(
             "are compared by place): the checkpoint's weights hold NaN or Inf, or values too "
             "large (npbert inspect counts them)."
         )
-    return "\n".join(lines), diff <= bound
+    return lines
 
 
 def _distance(final: np.ndarray, embedded: np.ndarray) -> tuple[float, np.ndarray, float]:
