@@ -173,28 +173,10 @@ def make_config(
     hidden_size = shapes["projection_weight"][0] if projected else shapes["layer_norm_weight"][0]
     positions = shapes.get("position_embeddings", (None,))[0]
     types = shapes.get("token_type_embeddings", (0,))[0]
-    stated = {
-        "vocab_size": vocab_size,
-        family.hidden_key: hidden_size,
-        "embedding_size": embedding_size,
-        "max_position_embeddings": positions,
-        "type_vocab_size": types,
-    }
-    if "token_type_embeddings" not in family.tensors:  # Funnel's (3) are used in attention
-        del stated["type_vocab_size"]
-    if not family.reads_embedding_size:
-        del stated["embedding_size"]
-    for key, size in stated.items():
-        value = _integer(raw, key, where)
-        if value is not None and size is not None and value != size:
-            raise InputError(f"{where}: {key} is {value}, but the tensors have {size}")
-    # An explicit null is no pad id, as in transformers; the model's default fills only absence.
-    pad_default = None if "pad_token_id" in raw else family.pad_default
-    pad_token_id = _integer(raw, "pad_token_id", where, default=pad_default)
-    if pad_token_id is not None and pad_token_id >= vocab_size:
-        raise InputError(
-            f"{where}: pad_token_id {pad_token_id} is past the vocabulary ({vocab_size} tokens)"
-        )
+    check_sizes(raw, family, where, vocab_size=vocab_size, hidden=hidden_size,
+                embedding_size=embedding_size, max_position_embeddings=positions,
+                type_vocab_size=types)  # fmt: skip
+    pad_token_id = pad_id(raw, family, vocab_size, where)
     padding_idx = position_padding_idx(family, pad_token_id, positions, where)
     rescale = family.rescale_key is not None and _flag(raw, family.rescale_key, False, where)
     sinusoidal = family.sinusoid_key is not None and _flag(raw, family.sinusoid_key, False, where)
@@ -214,6 +196,33 @@ def make_config(
         projection=family.projection if projected else None,
         sinusoidal=sinusoidal,
     )
+
+
+def check_sizes(raw: dict, family: Family, where: str, *, hidden: int, **sizes) -> None:
+    """InputError where config.json states a size the tensors do not have. sizes: by
+    config.json's keys; hidden under the family's own key. Token types only where the layer
+    has their table (Funnel's are used in attention), embedding_size only where it is read."""
+    stated = {"vocab_size": sizes.pop("vocab_size"), family.hidden_key: hidden, **sizes}
+    if "token_type_embeddings" not in family.tensors:
+        del stated["type_vocab_size"]
+    if not family.reads_embedding_size:
+        del stated["embedding_size"]
+    for key, size in stated.items():
+        value = _integer(raw, key, where)
+        if value is not None and size is not None and value != size:
+            raise InputError(f"{where}: {key} is {value}, but the tensors have {size}")
+
+
+def pad_id(raw: dict, family: Family, vocab_size: int, where: str) -> int | None:
+    """config.json's pad_token_id: an explicit null is no pad id, as in transformers; the
+    model's default fills only its absence."""
+    default = None if "pad_token_id" in raw else family.pad_default
+    pad_token_id = _integer(raw, "pad_token_id", where, default=default)
+    if pad_token_id is not None and pad_token_id >= vocab_size:
+        raise InputError(
+            f"{where}: pad_token_id {pad_token_id} is past the vocabulary ({vocab_size} tokens)"
+        )
+    return pad_token_id
 
 
 def position_padding_idx(family, pad_token_id, positions, where) -> int | None:
