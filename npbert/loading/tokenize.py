@@ -88,32 +88,38 @@ class Tokenizer:
         cut = truncation and max_length is not None
         tokenizer = self.truncating(max_length) if cut else self.tokenizer
         encode = tokenizer.encode_batch
-        if not with_tokens:  # (tokenizers 0.20 on) no offsets, no token strings: 10-15% faster
+        if not with_tokens:  # no offsets, no token strings (tokenizers 0.20 on): faster
             encode = getattr(tokenizer, "encode_batch_fast", encode)
         try:
             encodings = encode(inputs)
         except TokenizersError as error:
             raise InputError(f"{self.name} cannot encode the texts: {first_line(error)}") from None
         for i, encoding in enumerate(encodings):
-            name = names[i] if names else f"texts[{i}]"
-            if cut and encoding.overflowing and (lost := self._emptied(encoding, inputs[i])):
-                raise InputError(
-                    f"{name}: truncation to max_length={max_length} leaves no token of its "
-                    f"{' or '.join(lost)}: give a larger max_length"
-                )
-            if max_length is not None and len(encoding.ids) > max_length:
-                if cut:  # truncated, and still too long: the special tokens alone are
-                    why = (
-                        f"{max_length} at most allowed, too few for the tokenizer's own "
-                        "special tokens around it: truncation cannot make it fit"
-                    )
-                else:
-                    why = (
-                        f"more than the limit of {max_length}; pass {{truncation=True}} to keep "
-                        f"the first {max_length}"
-                    )
-                raise InputError(f"{name} has {len(encoding.ids)} tokens, {why}")
+            self._check_length(encoding, inputs[i], names[i] if names else f"texts[{i}]",
+                               max_length, cut)  # fmt: skip
         return encodings
+
+    def _check_length(self, encoding, item, name: str, max_length: int | None, cut: bool):
+        """InputError for an encoding longer than max_length, or one that truncation (cut)
+        left without a token of its text or pair."""
+        if cut and encoding.overflowing and (lost := self._emptied(encoding, item)):
+            raise InputError(
+                f"{name}: truncation to max_length={max_length} leaves no token of its "
+                f"{' or '.join(lost)}: give a larger max_length"
+            )
+        if max_length is None or len(encoding.ids) <= max_length:
+            return
+        if cut:  # truncated, and still too long: the special tokens alone are
+            why = (
+                f"{max_length} at most allowed, too few for the tokenizer's own special tokens "
+                "around it: truncation cannot make it fit"
+            )
+        else:
+            why = (
+                f"more than the limit of {max_length}; pass {{truncation=True}} to keep the "
+                f"first {max_length}"
+            )
+        raise InputError(f"{name} has {len(encoding.ids)} tokens, {why}")
 
     def _emptied(self, truncated, item) -> list[str]:
         """The sides of a truncated encoding ("text", "pair") that had tokens before and have
