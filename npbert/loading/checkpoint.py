@@ -108,6 +108,29 @@ def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str,
     model_type = identify(raw, names, where)
     family = family_of(raw, model_type, where)
     names = set(names)
+    prefix = tensor_prefix(family, model_type, names, where)
+    chosen = {}
+    for key in expected_tensors(raw, model_type, where):
+        candidates = [prefix + name for name in family.tensors[key]]
+        present = [name for name in candidates if name in names]
+        if not present:
+            raise InputError(
+                f"{where}: {model_type} needs the tensor {' or '.join(candidates)}, which the "
+                "checkpoint does not have"
+            )
+        if len(present) > 1:  # transformers renames the legacy name onto the current one, so
+            # the legacy tensor silently wins; to anyone else it is not clear: refused
+            raise InputError(
+                f"{where}: the checkpoint has both {' and '.join(present)}: which one is the "
+                "layer's is not clear; keep one"
+            )
+        chosen[key] = present[0]
+    return model_type, chosen
+
+
+def tensor_prefix(family, model_type: str, names: set, where: str) -> str:
+    """The prefix of the checkpoint's tensor names ("bert.", or ""), as its word table shows:
+    the family's own or none, or InputError."""
     anchor = family.tensors["word_embeddings"][0]
     prefixes = sorted(name[: -len(anchor)] for name in names if name.endswith(anchor))
     allowed = {"", f"{family.prefix}."} if family.prefix else {""}
@@ -126,23 +149,7 @@ def embedding_tensor_names(raw: dict, names, where: str) -> tuple[str, dict[str,
             f"'{' or '.join(sorted(p + anchor for p in allowed))}', but this checkpoint has "
             f"{found}: the config and the tensors disagree"
         )
-    chosen = {}
-    for key in expected_tensors(raw, model_type, where):
-        candidates = [prefixes[0] + name for name in family.tensors[key]]
-        present = [name for name in candidates if name in names]
-        if not present:
-            raise InputError(
-                f"{where}: {model_type} needs the tensor {' or '.join(candidates)}, which the "
-                "checkpoint does not have"
-            )
-        if len(present) > 1:  # transformers renames the legacy name onto the current one, so
-            # the legacy tensor silently wins; to anyone else it is not clear: refused
-            raise InputError(
-                f"{where}: the checkpoint has both {' and '.join(present)}: which one is the "
-                "layer's is not clear; keep one"
-            )
-        chosen[key] = present[0]
-    return model_type, chosen
+    return prefixes[0]
 
 
 def check_shapes(stored: dict[str, StoredTensor], model_type: str, where: str) -> None:
