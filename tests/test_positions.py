@@ -13,7 +13,8 @@ import pytest
 from conftest import DATA, TINY
 
 import npbert
-from npbert.analysis.positions import analyse, format_report, sinusoidal_table
+from npbert.analysis.positions import analyse, sinusoidal_table
+from npbert.analysis.positions_report import format_report
 from npbert.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,13 +39,14 @@ def run(capsys, *argv):
     return code, out, err
 
 
-def test_module_imports_nothing_but_numpy_at_module_level():
-    tree = ast.parse((ROOT / "npbert" / "analysis" / "positions.py").read_text())
-    imported = {
-        alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names
-    }
-    imported |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
-    assert imported == {"numpy"}
+def test_the_analysis_imports_nothing_but_numpy_at_module_level():
+    for module in ("positions.py", "positions_report.py"):
+        tree = ast.parse((ROOT / "npbert" / "analysis" / module).read_text())
+        imported = {
+            alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names
+        }
+        imported |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
+        assert imported <= {"numpy", "npbert.analysis.positions_report"}, module
 
 
 @pytest.mark.parametrize("shape", [(512, 384), (512, 768), (128, 32), (40, 17)])

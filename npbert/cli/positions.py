@@ -47,8 +47,9 @@ def run_positions(args) -> int:
     """Print the analysis (or its JSON); with --plot, draw the figure first, then say so after
     the numbers."""
     import npbert
-    from npbert.analysis.positions import analyse, format_report
+    from npbert.analysis.positions import analyse
     from npbert.analysis.positions_plot import check_plot_path, plot_positions
+    from npbert.analysis.positions_report import format_report
 
     if args.plot is not None:
         check_plot_path(args.plot)
