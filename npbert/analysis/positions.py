@@ -242,6 +242,21 @@ def check_table(table) -> np.ndarray:
     return array
 
 
+def check_length(pretraining_length: int | None, num_positions: int) -> int:
+    """The pre-training length: the one given, from 1 to the table's rows, or by default
+    DEFAULT_PRETRAINING_LENGTH (every row of a shorter table)."""
+    if pretraining_length is None:
+        return min(DEFAULT_PRETRAINING_LENGTH, num_positions)
+    if not 1 <= pretraining_length <= num_positions:
+        from npbert.errors import InputError
+
+        raise InputError(
+            f"the pre-training length must be from 1 to the table's {num_positions} rows, not "
+            f"{pretraining_length}"
+        )
+    return pretraining_length
+
+
 def analyse(table, *, pretraining_length: int | None = None, seed: int = RANDOM_SEED) -> dict:
     """Every figure, JSON-able: the table (P, H) against the sinusoidal table of the same shape
     and a random table (seed) of the same shape and scale, each under tables.model,
@@ -255,15 +270,7 @@ def analyse(table, *, pretraining_length: int | None = None, seed: int = RANDOM_
     """
     table = check_table(table)
     num_positions, hidden_size = table.shape
-    if pretraining_length is None:
-        pretraining_length = min(DEFAULT_PRETRAINING_LENGTH, num_positions)
-    if not 1 <= pretraining_length <= num_positions:
-        from npbert.errors import InputError
-
-        raise InputError(
-            f"the pre-training length must be from 1 to the table's {num_positions} rows, not "
-            f"{pretraining_length}"
-        )
+    pretraining_length = check_length(pretraining_length, num_positions)
     basis = sinusoid_basis(num_positions, hidden_size)
     candidates = {
         "model": table,

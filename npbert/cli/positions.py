@@ -55,14 +55,7 @@ def run_positions(args) -> int:
         check_plot_path(args.plot)
     weights = npbert.load_weights(args.model, revision=args.revision, full=args.full)
     model, config = weights.source.get("model", str(args.model)), weights.config
-    if weights.position_embeddings is None:
-        raise InputError(
-            f"{model}: {config.model_type} has no learned position table (its positions are "
-            "computed in attention, e.g. rotary): there is nothing to compare"
-        )
-    # RoBERTa's rows up to padding_idx are never a real token's position: the table starts after.
-    first = 0 if config.padding_idx is None else config.padding_idx + 1
-    table = weights.position_embeddings[first:]
+    first, table = position_rows(weights, model)
     length = args.pretraining_length
     if length is not None and not 1 <= length <= len(table):
         raise InputError(
@@ -84,3 +77,16 @@ def run_positions(args) -> int:
     if args.plot is not None:
         print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def position_rows(weights, model: str) -> tuple:
+    """(the first row a real token's position looks up, the table from it): RoBERTa's rows up
+    to padding_idx are never a real token's. InputError without a learned position table."""
+    config = weights.config
+    if weights.position_embeddings is None:
+        raise InputError(
+            f"{model}: {config.model_type} has no learned position table (its positions are "
+            "computed in attention, e.g. rotary): there is nothing to compare"
+        )
+    first = 0 if config.padding_idx is None else config.padding_idx + 1
+    return first, weights.position_embeddings[first:]
