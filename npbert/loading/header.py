@@ -12,16 +12,12 @@ buffer's end), and each tensor's bytes are its element count times its dtype's s
 safetensors checks this when it opens a file; the Hub path has only the header and the bytes it
 asked for, so npbert checks the same before it trusts an offset.
 
-The JSON itself is read as safetensors reads it, with Rust's serde_json, which is stricter than
-Python's json: UTF-8 only (no byte-order mark), no NaN or Infinity, no number beyond float64,
-no unpaired surrogate escape, at most 127 levels of nesting, a field of an entry, or
-__metadata__, given once, and every entry of a tensor given twice well-formed (the last
-counts). Like safetensors, npbert takes fields of an entry it does not know
-and a null __metadata__.
+The JSON must be UTF-8 and an object; its entries are held to the rules above, which is what
+keeps a corrupt or lying header from moving an offset. Like safetensors, npbert takes fields of
+an entry it does not know and a null __metadata__.
 """
 
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +26,6 @@ from npbert.errors import InputError
 from npbert.loading.config import JSON_ERRORS, json_problem
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses longer headers
-MAX_DEPTH = 127  # of nested arrays and objects, the whole header counted: serde_json's limit
 U64 = 1 << 64  # shapes and offsets are Rust usizes
 FIELDS = ("dtype", "shape", "data_offsets")
 # Bits per element of every dtype safetensors knows.
@@ -92,21 +87,12 @@ def parse_header(raw: bytes, data_length: int, where: str) -> dict[str, TensorHe
     """The header's JSON (n bytes) as tensor name -> TensorHeader, validated against a data
     buffer of data_length bytes (the file's size - 8 - n). Raises InputError naming `where`."""
     try:
-        parsed = json.loads(
-            raw.decode("utf-8"),  # json.loads would guess UTF-16 or take a BOM from bytes
-            object_pairs_hook=JsonObject,
-            parse_constant=_refuse_constant,
-            parse_float=_float64,
-            parse_int=_serde_int,
-        )
-        _serde_limits(parsed)
+        parsed = json.loads(raw.decode("utf-8"))  # from bytes, json would guess UTF-16
     except JSON_ERRORS as error:
         problem = json_problem(error)
         raise InputError(f"{where}: the safetensors header is not valid JSON ({problem})") from None
     if not isinstance(parsed, dict):
         raise InputError(f"{where}: the safetensors header is not a JSON object")
-    if "__metadata__" in parsed.duplicates:
-        raise InputError(f"{where}: __metadata__ is given twice")
     metadata = parsed.pop("__metadata__", None)
     metadata = {} if metadata is None else metadata  # null: none, as safetensors takes it
     if not isinstance(metadata, dict) or not all(
@@ -116,76 +102,10 @@ def parse_header(raw: bytes, data_length: int, where: str) -> dict[str, TensorHe
     return validate(parsed, data_length, where)
 
 
-class JsonObject(dict):
-    """A JSON object as json.loads makes it (the last of a repeated key wins, as in
-    serde_json's maps), knowing which keys were repeated: serde_json refuses a repeated field
-    of a struct (a tensor entry, the header's __metadata__)."""
-
-    def __init__(self, pairs):
-        super().__init__(pairs)
-        seen, repeated = set(), set()
-        for key, _ in pairs:
-            (repeated if key in seen else seen).add(key)
-        self.duplicates = frozenset(repeated)
-        # (key, value) of each pair a later one of the same key replaced: serde_json reads
-        # every value of a repeated key of a map (the tensors), and refuses one malformed
-        last = {key: i for i, (key, _) in enumerate(pairs)}
-        self.shadowed = [pair for i, pair in enumerate(pairs) if i != last[pair[0]]]
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
-def _float64(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"the number {text} is out of float64's range")
-    return value
-
-
-def _serde_int(text: str) -> int | float:
-    """An integer as serde_json reads it: a u64 or i64, else a float64, which must be finite;
-    -0 is the float -0.0 (so not a size)."""
-    value = int(text)
-    if value == 0 and text.startswith("-"):
-        return -0.0
-    if not -(1 << 63) <= value < U64:
-        try:
-            float(value)
-        except OverflowError:
-            raise ValueError(f"a number of {len(text)} digits is out of float64's range") from None
-    return value
-
-
-def _serde_limits(parsed) -> None:
-    """serde_json's limits on what it reads: nesting depth, and strings that are Unicode
-    (Python's json takes an escaped half of a surrogate pair, \\ud800, alone)."""
-    strings, stack = [], [(parsed, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, str):
-            strings.append(value)
-        elif isinstance(value, dict | list):
-            if depth > MAX_DEPTH:
-                raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
-            if isinstance(value, dict):
-                strings.extend(value)
-                value = value.values()
-            stack.extend((item, depth + 1) for item in value if isinstance(item, str | dict | list))
-    try:
-        "".join(strings).encode("utf-8")  # refuses a surrogate code point, paired or not
-    except UnicodeEncodeError:
-        raise ValueError("a string holds half of a surrogate pair") from None
-
-
 def validate(entries: dict, data_length: int, where: str) -> dict[str, TensorHeader]:
     """Parsed header entries (name -> {"dtype", "shape", "data_offsets"}) checked as
     safetensors checks a file: each entry well-formed, its byte length its shape times its
     dtype's size, and the entries, sorted by offset, covering [0, data_length) exactly."""
-    for name, entry in getattr(entries, "shadowed", ()):  # replaced, but read: well-formed
-        if name != "__metadata__":
-            _fields(name, entry, where)
     tensors = {name: _entry(name, entry, where) for name, entry in entries.items()}
     position = 0
     for name, tensor in sorted(tensors.items(), key=lambda item: item[1].data_offsets):
@@ -205,9 +125,6 @@ def _fields(name: str, entry, where: str) -> tuple[str, list, list]:
     """(dtype, shape, data_offsets) of one header entry, each of its type."""
     if not isinstance(entry, dict) or not set(FIELDS) <= set(entry):  # others are ignored
         raise InputError(f"{where}: {name} needs dtype, shape and data_offsets")
-    repeated = set(FIELDS) & getattr(entry, "duplicates", set())
-    if repeated:
-        raise InputError(f"{where}: {name} gives {' and '.join(sorted(repeated))} twice")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise InputError(f"{where}: {name} has unknown dtype {dtype!r}")
