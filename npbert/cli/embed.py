@@ -68,12 +68,10 @@ def form_hint(args, extra: list[str]) -> str:
     (add_text_arguments if form == "corpus" else add_corpus_arguments)(other)
     ours, theirs = (p._option_string_actions for p in (args.parser, other))  # argparse's
     named = next((e.split("=")[0] for e in extra if e.split("=")[0] in theirs.keys() - ours), "")
+    if named and form == "texts":
+        return f"; {named} is for a corpus, with --input"
     if named:
-        return (
-            f"; {named} is for a corpus, with --input"
-            if form == "texts"
-            else (f"; {named} is for texts or ids, not for a corpus (--input)")
-        )
+        return f"; {named} is for texts or ids, not for a corpus (--input)"
     words = [e for e in extra if form == "corpus" and not e.startswith("-")]
     if any(os.path.exists(word) for word in words):
         return "; --input takes one file or directory: for several files, give their directory"

@@ -29,8 +29,9 @@ class CorpusSettings:
     input_format: "txt", "jsonl" or "parquet" for every file, None: from each file's extension.
     shard_bytes: bytes of input per shard. truncation: cut texts longer than the model allows
     (else refuse them). dtype: the shards' embeddings, "float32" or "float16". resume: continue
-    the run the output directory holds. workers: processes (engine "local") or actors ("ray"),
-    None: one per core (per CPU of the cluster). address: the Ray cluster to join (engine "ray"
+    the run the output directory holds. engine: "local" (worker processes: embed_corpus) or
+    "ray" (Ray actors: npbert.ray.embed_corpus_on_ray). workers: processes or actors, None: one
+    per core (per CPU of the cluster). address: the Ray cluster to join (engine "ray"
     only), None: RAY_ADDRESS's, else one started here. progress: "bar", "lines" or None.
     """
 
@@ -63,6 +64,7 @@ class CorpusSettings:
         self.check_address()
 
     def check_address(self) -> None:
+        """InputError unless no address, or a Ray engine's (a non-empty str)."""
         if self.address is None:
             return
         if self.engine != "ray":
