@@ -533,7 +533,7 @@ def float16_error(model: Path, count: int = 2000) -> dict[str, float]:
     bert-base-shaped weights, for `count` sentences."""
     import npbert
     from npbert.layer.ragged import embed_encodings
-    from npbert.stream.corpus import tokenize
+    from npbert.stream.shards import tokenize
 
     texts = corpus(count)
     errors = {}
@@ -542,7 +542,7 @@ def float16_error(model: Path, count: int = 2000) -> dict[str, float]:
         minilm = npbert.Embedder.from_pretrained(model)
         for name, weights in (("all-MiniLM-L6-v2", minilm.weights),
                               ("bert-base shape", npbert.load_weights(base))):  # fmt: skip
-            from npbert.stream.sources import Record
+            from npbert.stream.records import Record
 
             records = [Record(f"text {i}", t) for i, t in enumerate(texts)]
             rows = embed_encodings(weights, tokenize(minilm, records, False))["embeddings"]

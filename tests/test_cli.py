@@ -340,9 +340,6 @@ HUB_PAGE = "https://huggingface.co"  # a repo's web address, pasted for its id: 
         (["embed", "--ids-file", "/tmp", "--model", TINY], "--ids-file /tmp is a directory"),
         (["embed", "--ids-file", "/dev/null", "--model", TINY], "/dev/null: not a regular file"),
         (["embed", "x", "--model", TINY, "--revision", "main"], "revision applies to Hub"),
-        (["embed", "x", "--model", TINY, "--dtype", "float16"], "--dtype goes with --input"),
-        (["embed", "x", "--model", TINY, "--workers", "5"], "--workers goes with --input"),
-        (["embed", "x", "--model", TINY, "--engine", "ray"], "--engine goes with --input"),
         (["inspect", "./missing"], "no such checkpoint directory"),
         (["inspect", "o/m/sub"], "no such checkpoint directory, and not a Hub repo id, which"),
         (["embed", "x", "--model", f"{HUB_PAGE}/o/m"], "give the repo id, o/m ("),
@@ -566,8 +563,11 @@ def test_files_a_shell_glob_gave_after_input_are_named(tmp_path, capsys):
     for name in ("a.txt", "b.txt"):
         (tmp_path / name).write_text("x\n")
     argv = ["embed", "--input", tmp_path / "a.txt", tmp_path / "b.txt", "--out", tmp_path / "o"]
-    code, _, err = run(capsys, *argv, "--model", TINY)
-    assert code == 2 and f"and {tmp_path / 'b.txt'} came as a TEXT after it" in err
+    with pytest.raises(SystemExit) as exit_info:
+        main([*map(str, argv), "--model", str(TINY)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert f"unrecognized arguments: {tmp_path / 'b.txt'}; --input takes one file or" in err
 
 
 def test_options_that_add_up_may_be_repeated(capsys):
@@ -719,26 +719,29 @@ def main_process(*argv, before: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, timeout=60)
 
 
-def subcommands() -> dict:
+def subcommands(corpus: bool = False) -> dict:
     from npbert.cli import build_parser
 
-    parser = build_parser()
+    parser = build_parser(corpus)
     return next(a for a in parser._actions if a.choices).choices  # argparse's subparsers
 
 
-@pytest.mark.parametrize("name", ["embed", "explain", "compare", "vectors", "inspect", "fetch"])
+@pytest.mark.parametrize(
+    "name", ["embed", "embed --input", "explain", "compare", "vectors", "inspect", "fetch"]
+)
 def test_help_has_a_description_examples_defaults_and_help_for_every_option(name, capsys):
-    command = subcommands()[name]
-    assert command.description and command.epilog.startswith("examples:\n  npbert " + name)
+    command = subcommands(corpus=name == "embed --input")[name.split()[0]]
+    prefix = "examples:\n  npbert " + name
+    assert command.description and command.epilog.startswith(prefix)
     for action in command._actions:
         assert action.help, f"{name} {action.option_strings or action.dest} has no help"
         if action.default not in (None, False, argparse.SUPPRESS, []):  # []: no TEXT
             assert "%(default)" in action.help, f"{name} {action.dest}: default not shown"
     with pytest.raises(SystemExit):
-        main([name, "--help"])
+        main([*name.split(), *(["FILE"] if name == "embed --input" else []), "--help"])
     out = capsys.readouterr().out
-    assert "examples:\n  npbert " + name in out
-    if name == "embed":
+    assert prefix in out
+    if name == "embed --input":
         assert "(default: 65536," in out and "(default: float32)" in out
     if name == "compare":
         assert "(default: 1e-5, or where a stage" in " ".join(out.split())
@@ -1164,14 +1167,47 @@ def test_position_ids_from_a_file_go_to_embed_and_compare(tmp_path, capsys):
     assert code == 2 and "--position-ids-file goes with --ids-file" in err
 
 
-def test_input_refuses_the_files_that_go_with_ids_file(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "option", ["--token-type-ids-file", "--position-ids-file", "--attention-mask-file", "--pair"]
+)
+def test_input_refuses_the_options_of_texts_and_ids(tmp_path, capsys, option):
     """--position-ids-file (and the token type and mask files) with --input were ignored
-    without a word, even naming no file."""
+    without a word, even naming no file: the corpus form's parser has no such option."""
     (tmp_path / "c.txt").write_text("a b\n")
-    for option in ("--token-type-ids-file", "--position-ids-file", "--attention-mask-file"):
-        argv = ["--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--model", TINY]
-        code, _, err = run(capsys, "embed", *argv, option, tmp_path / "none.npy")
-        assert code == 2 and "--input embeds a whole file" in err, (option, err)
+    argv = ["embed", "--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--model", TINY]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*map(str, argv), option, str(tmp_path / "none.npy")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert f"unrecognized arguments: {option} " in err
+    assert f"; {option} is for texts or ids, not for a corpus (--input)" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [(["--dtype", "float16"], "--dtype"), (["--workers", "5"], "--workers"),
+     (["--engine", "ray"], "--engine"), (["--resume"], "--resume"), (["--quiet"], "--quiet")],
+)  # fmt: skip
+def test_texts_refuse_the_options_of_a_corpus(capsys, extra, option):
+    """Given without --input they did nothing: each was refused by a rule of its own."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["embed", "x", "--model", str(TINY), *extra])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert (
+        f"unrecognized arguments: {' '.join(extra)}; {option} is for a corpus, with --input" in err
+    )
+
+
+def test_address_is_for_the_ray_engine(tmp_path, capsys):
+    (tmp_path / "c.txt").write_text("a b\n")
+    argv = ["--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--address", "h:1"]
+    code, _, err = run(capsys, "embed", *argv, "--model", TINY)
+    assert (code, err) == (
+        2,
+        "npbert: error: --address h:1 is for a Ray cluster: add --engine ray\n",
+    )
     assert not (tmp_path / "o").exists()
 
 

@@ -38,9 +38,9 @@ def test_package_is_typed():
 # Imported only as part of the package that brings them: urllib3 where huggingface_hub's HTTP
 # client is requests (0.x; npbert.loading.ranges), PIL for matplotlib's images
 # (npbert.analysis.positions_plot), pyarrow for Parquet input, which npbert[ray] brings (Ray
-# Data needs it; npbert.stream.sources).
+# Data needs it; npbert.stream.parquet).
 BROUGHT = {"urllib3": "huggingface_hub", "PIL": "matplotlib", "pyarrow": "ray"}
-OPTIONAL_MODULES = {"ray.py", "stream/sources.py", "analysis/positions_plot.py"}  # say which extra
+OPTIONAL_MODULES = {"ray/cluster.py", "stream/parquet.py", "analysis/positions_plot.py"}  # extras
 
 
 def test_every_package_npbert_imports_is_declared():
@@ -101,7 +101,7 @@ LAYERS = {
     "model": {"layer", "loading"},
     "embedder": {"layer", "loading", "model"},
     "stream": {"layer", "loading", "model", "embedder", "stream"},
-    "ray": {"layer", "loading", "model", "embedder", "stream"},
+    "ray": {"layer", "loading", "model", "embedder", "stream", "ray"},
     "verify": {"layer", "loading", "model", "embedder", "verify"},
     "analysis": {"layer", "loading", "model", "embedder", "verify", "analysis"},
 }
@@ -125,3 +125,4 @@ def test_no_part_of_the_package_imports_one_above_it():
                 if pieces[0] != "npbert" or len(pieces) < 2:
                     continue
                 assert pieces[1] in LAYERS[part] | SHARED, f"{path.name} imports {name}"
+

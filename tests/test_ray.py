@@ -112,7 +112,7 @@ def test_the_cli_refuses_more_actors_than_the_local_engine_would_workers(cluster
 def test_too_many_workers_for_a_cluster_started_here_leave_no_directory(tmp_path, monkeypatch):
     """Checked once Ray had started, the run's directory was left, and the corrected
     command refused it ("exists and is not empty")."""
-    import npbert.ray as engine
+    import npbert.ray.corpus as engine
 
     monkeypatch.setattr(engine, "cpus", lambda: 2)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a process of its own
@@ -125,12 +125,12 @@ def test_too_many_workers_for_a_cluster_started_here_leave_no_directory(tmp_path
 def test_a_process_already_connected_keeps_its_cluster_and_its_cpus(monkeypatch):
     """The early check counted this machine's cores where the process is already connected
     to a cluster (which connect keeps): 9 workers were refused on a 64-CPU cluster."""
-    import npbert.ray as engine
+    import npbert.ray.corpus as engine
+    from npbert.stream import CorpusSettings
 
     monkeypatch.setattr(engine, "cpus", lambda: 2)
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
-    engine.RayEngine(TINY, revision=None, full=False, truncation=False, dtype="float32",
-                     workers=9, address=None)  # fmt: skip
+    engine.RayEngine(TINY, revision=None, full=False, settings=CorpusSettings(workers=9))
 
 
 def test_embed_dataset_equals_the_local_job(cluster, corpus, minilm_dir):
@@ -334,11 +334,11 @@ def test_an_actor_out_of_memory_stops_the_run_in_one_line(tmp_path, monkeypatch,
     """The corpus job's actor run in this process, its batches handed over as Ray Data
     would: Ray does not start under an address-space limit (its store's mmap fails), so no
     actor here can be made to run out of memory. The third shard has none."""
-    import npbert.ray as engine
+    import npbert.ray.corpus as engine
 
     (tmp_path / "c.txt").write_text("\n".join(corpus_lines(60, seed=3)) + "\n")
     actor, calls = engine.EmbedChunks(minilm_dir), []
-    shard_arrays = npbert.stream.corpus.shard_arrays
+    shard_arrays = engine.shard_arrays
 
     def short_of_memory(*args):
         calls.append(1)
@@ -354,7 +354,7 @@ def test_an_actor_out_of_memory_stops_the_run_in_one_line(tmp_path, monkeypatch,
             for item in self.items:
                 yield actor({key: np.array([value], object) for key, value in item.items()})
 
-    monkeypatch.setattr(npbert.stream.corpus, "shard_arrays", short_of_memory)
+    monkeypatch.setattr(engine, "shard_arrays", short_of_memory)
     monkeypatch.setattr(engine, "connect", lambda ray, address: False)
     monkeypatch.setattr(engine.RayEngine, "dataset", lambda self, ray, items: Dataset(items))
     with pytest.raises(npbert.WorkerLost, match="out of memory embedding shard-00002 \\("):
@@ -366,7 +366,7 @@ def test_an_actor_out_of_memory_stops_the_run_in_one_line(tmp_path, monkeypatch,
 def test_an_actor_that_cannot_load_the_model_says_why_in_one_line(tmp_path, monkeypatch):
     """A directory missing on an actor's node killed the actor, and the run said "killed, or
     out of memory?", the reason left in Ray's log files. Run in this process, as above."""
-    import npbert.ray as engine
+    import npbert.ray.corpus as engine
 
     (tmp_path / "c.txt").write_text("one\ntwo\n")
     actor = engine.EmbedChunks(tmp_path / "not-on-this-node")  # the driver's is TINY
@@ -461,7 +461,7 @@ def test_connect_puts_back_a_sigterm_handler_set_before_ray_but_not_the_default(
 ):
     """ray.init sets its own SIGTERM handler. The CLI's is put back (or SIGTERM exits 15 with a
     stack dump); Python's default is not (a SIGTERM would then leave Ray's processes)."""
-    from npbert import ray as engine
+    from npbert.ray import cluster as engine
 
     def mine(signum, frame):
         pass
@@ -488,8 +488,8 @@ def test_a_stop_while_ray_starts_ends_in_the_cli_handler_and_shuts_down_ignoring
     said) or its core's (a stack dump, exit 134), and left two of Ray's processes running. Now
     the CLI's handler says it, and ray.shutdown runs with stops ignored, as the CLI's cleanup
     does (a second SIGTERM cut it short)."""
-    from npbert import ray as engine
     from npbert.cli import errors as cli
+    from npbert.ray import cluster as engine
 
     def rays(signum, frame):
         raise SystemExit(signum)  # what Ray's handler does
@@ -519,14 +519,26 @@ def test_a_stop_while_ray_starts_ends_in_the_cli_handler_and_shuts_down_ignoring
             signal.signal(number, handler)
 
 
-def test_rays_core_handler_is_off_while_init_runs_and_back_after():
-    from npbert import ray as engine
-
-    constants = ray._private.ray_constants
-    before = constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
-    with engine.core_handler_off(ray, True):
-        assert constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER is True
-    assert constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER is before
+@pytest.mark.parametrize(("handler", "off"), [("mine", "True"), ("default", "False")])
+def test_ray_is_imported_without_its_core_handler_where_a_sigterm_handler_is_set(handler, off):
+    """Ray's C++ failure-signal handler, installed as ray.init starts, printed a stack dump and
+    aborted on a SIGTERM that came while Ray started, before the CLI's handler was back. The
+    variable that turns it off is this process's alone: the cluster's processes keep theirs."""
+    code = (
+        "import os, signal, sys\n"
+        "if sys.argv[1] == 'mine':\n"
+        "    signal.signal(signal.SIGTERM, lambda *a: None)\n"
+        "from npbert.ray.cluster import NO_CORE_HANDLER, ray_package\n"
+        "ray_package()\n"
+        "from ray._private import ray_constants\n"  # what Ray read, as it was imported
+        "print(ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER, NO_CORE_HANDLER in os.environ)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, handler], capture_output=True, text=True, timeout=120,
+        env=env, check=False,
+    )  # fmt: skip
+    assert result.stdout.split() == [off, "False"], result.stderr[-2000:]
 
 
 @pytest.mark.parametrize(
@@ -544,7 +556,7 @@ def test_connect_asks_ray_for_the_cluster_it_means(monkeypatch, address, environ
                                                    cpus):  # fmt: skip
     """With no address Ray joined a cluster `ray start` had left, and was then refused
     num_cpus; the address check is before any file is written, so it is left to Ray here."""
-    from npbert import ray as engine
+    from npbert.ray import cluster as engine
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     for key, value in environment.items():
@@ -566,14 +578,14 @@ def test_standard_input_goes_to_ray_in_windows_with_the_local_output(
 ):
     """Standard input's chunks carry their bytes: the driver held all of them before the
     first shard. In windows of WINDOW_BYTES, the shards are those of one run."""
-    import npbert.ray
+    import npbert.ray.corpus as engine
 
     directory, _ = corpus
     sizes = []
-    dataset = npbert.ray.RayEngine.dataset
-    monkeypatch.setattr(npbert.ray, "WINDOW_BYTES", 100_000)
+    dataset = engine.RayEngine.dataset
+    monkeypatch.setattr(engine, "WINDOW_BYTES", 100_000)
     monkeypatch.setattr(
-        npbert.ray.RayEngine, "dataset", lambda s, ray, items: sizes.append(len(items))
+        engine.RayEngine, "dataset", lambda s, ray, items: sizes.append(len(items))
         or dataset(s, ray, items),
     )  # fmt: skip
     with (directory / "c.jsonl").open("rb") as stdin:
@@ -717,15 +729,14 @@ def test_actors_load_the_commit_the_driver_resolved(tmp_path, monkeypatch):
     import dataclasses
 
     import npbert.loading.hub
-    import npbert.ray as engine
-    import npbert.stream.corpus
+    import npbert.ray.corpus as engine
 
     weights = npbert.load_weights(TINY)
     pinned = dataclasses.replace(weights, source={"model": "org/m", "commit": "c0ffee" * 6})
     embedder = npbert.Embedder.from_pretrained(TINY)
     monkeypatch.setattr(embedder, "weights", pinned, raising=False)
     monkeypatch.setattr(npbert.Embedder, "from_pretrained", lambda *a, **k: embedder)
-    monkeypatch.setattr(npbert.stream.corpus, "run_job", lambda settings, out, job, **k: job)
+    monkeypatch.setattr(engine, "run_job", lambda header, out, job, settings: job)
     (tmp_path / "c.txt").write_text("a b\n")
     job = engine.embed_corpus_on_ray("org/m", tmp_path / "c.txt", tmp_path / "out")
     assert job.revision == "c0ffee" * 6
@@ -737,7 +748,7 @@ def test_actors_load_the_commit_the_driver_resolved(tmp_path, monkeypatch):
     monkeypatch.setattr(
         npbert.loading.hub, "resolve", lambda model, revision: (TINY, pinned.source)
     )
-    kwargs = engine.embed_dataset(Dataset(), "org/m", actors=1)
+    kwargs = npbert.ray.embed_dataset(Dataset(), "org/m", actors=1)
     assert kwargs["revision"] == "c0ffee" * 6
 
 
@@ -746,7 +757,7 @@ def test_actors_load_the_commit_the_driver_resolved(tmp_path, monkeypatch):
     [(2, 1, 1), (16, 1, 15), (2, 0.5, 2), (1, 1, 1), (8, 2, 3), (2, 0.001, 8)],
 )
 def test_the_default_actors_leave_a_cpu_to_ray_datas_own_tasks(cpus, per_actor, actors):
-    from npbert.ray import default_actors
+    from npbert.ray.dataset import default_actors
 
     assert default_actors(cpus, per_actor) == actors
 
@@ -777,7 +788,7 @@ def test_a_name_the_driver_cannot_find_is_left_to_the_actors(tmp_path):
     """A directory on the actors' nodes only (a path, relative or not), or a driver offline
     with no cache: found nowhere here, it was an error on the driver."""
     code = (
-        "from npbert.ray import pinned_revision as p; "
+        "from npbert.ray.dataset import pinned_revision as p; "
         "print(p('nodes/model', None), p('mymodel', 'v1'), p('a/b/c', None), "
         "p('/on/the/nodes', None))"
     )

@@ -18,7 +18,8 @@ from conftest import TINY
 import npbert
 from npbert.cli import main
 from npbert.stream import corpus as stream
-from npbert.stream import read_corpus
+from npbert.stream import local, read_corpus, stops
+from npbert.stream.shards import SHARD_FILES
 
 WORDS = (
     "the of and to in is was for on that with as by at from his her an were are which "
@@ -347,7 +348,7 @@ def test_resume_refuses_a_run_with_other_settings(tmp_path, minilm_dir):
         ("c.jsonl", '{"text": "a", "pair": "b", "pair": "c"}\n', [], "line 1: 'pair' is given"),
         ("c.jsonl", '{"text": "ok", "id": ' + "9" * 5000 + "}\n", [], "c.jsonl line 1: not valid"),
         ("c.txt", "short\n" + "word " * 600 + "\n", [], "c.txt line 2 has 602 tokens"),
-        ("c.txt", "x\n", ["embed", "x"], "--input embeds a whole file"),
+        ("c.txt", "x\n", ["embed", "x"], "unrecognized arguments: x; with --input, embed takes"),
     ],
 )
 def test_bad_corpus_input_exits_2_naming_the_line(
@@ -380,7 +381,7 @@ def test_long_lines_are_cut_with_truncate(tmp_path, minilm_dir):
 def test_input_needs_an_output_directory(minilm_dir, tmp_path):
     (tmp_path / "c.txt").write_text("x\n")
     result = cli("embed", "--input", tmp_path / "c.txt", "--model", minilm_dir)
-    assert result.returncode == 2 and "--input needs --out DIR" in result.stderr
+    assert result.returncode == 2 and "the following arguments are required: --out" in result.stderr
 
 
 def test_missing_input_file(minilm_dir, tmp_path):
@@ -471,7 +472,7 @@ def test_resume_after_an_edit_between_kill_and_resume_is_refused(tmp_path, minil
         complete=False,
     )
     prefix = "".join(line + "\n" for line in lines[: index["texts"]]).encode()
-    from npbert.stream.sources import Consumed
+    from npbert.stream.chunks import Consumed
 
     consumed = Consumed()
     consumed.start_file(str(source), "txt")
@@ -760,7 +761,7 @@ def test_read_corpus_refuses_an_index_whose_counts_are_damaged(tmp_path, edit, m
 def _dies_on_its_second_shard(directory, name, chunk):
     if name == "shard-00001":
         os._exit(9)  # as kill -9 or the OOM killer would end it
-    return stream.embed_chunk.__wrapped__(directory, name, chunk)
+    return local.embed_chunk.__wrapped__(directory, name, chunk)
 
 
 def test_a_worker_that_dies_stops_the_run_with_one_line_and_resume_goes_on(
@@ -768,9 +769,9 @@ def test_a_worker_that_dies_stops_the_run_with_one_line_and_resume_goes_on(
 ):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("\n".join(corpus_lines(40)) + "\n")
-    dying = functools.wraps(stream.embed_chunk)(_dies_on_its_second_shard)
+    dying = functools.wraps(local.embed_chunk)(_dies_on_its_second_shard)
     dying.__module__, dying.__qualname__ = __name__, "_dies_on_its_second_shard"
-    monkeypatch.setattr(stream, "embed_chunk", dying)  # the workers fork with it
+    monkeypatch.setattr(local, "embed_chunk", dying)  # the workers fork with it
     argv = ["embed", "--input", str(source), "--out", str(out), "--model", str(TINY), "--truncate"]
     code = main([*argv, "--shard-bytes", "200", "--workers", "2", "--quiet"])
     err = capsys.readouterr().err
@@ -947,7 +948,10 @@ def test_a_run_of_many_shards_neither_rewrites_the_index_nor_lists_the_directory
 
         return counted
 
+    from npbert.stream import index as output
+
     monkeypatch.setattr(stream, "write_index", counting("index", stream.write_index))
+    monkeypatch.setattr(output, "write_index", counting("index", output.write_index))
     monkeypatch.setattr(atomic, "remove_stale", counting("sweep", atomic.remove_stale))
     source = tmp_path / "c.txt"
     source.write_text("\n".join(corpus_lines(300, seed=9)) + "\n")
@@ -998,18 +1002,18 @@ def test_a_parquet_chunk_converts_only_its_own_rows(tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from npbert.stream import sources
+    from npbert.stream import chunks, files, parquet, records
 
     texts = [f"text {i}" for i in range(20_000)]
     pq.write_table(pa.table({"text": texts}), tmp_path / "c.parquet")
-    pieces = list(sources.chunks(sources.input_files(tmp_path / "c.parquet", None), 4096, None))
+    pieces = list(chunks.chunks(files.input_files(tmp_path / "c.parquet", None), 4096, None))
     converted = []
-    batch_rows = sources._batch_rows
+    batch_rows = parquet._batch_rows
     monkeypatch.setattr(
-        sources, "_batch_rows", lambda *a: converted.append(a[1].num_rows) or batch_rows(*a)
+        parquet, "_batch_rows", lambda *a: converted.append(a[1].num_rows) or batch_rows(*a)
     )
-    records = [record.text for chunk in pieces for record in sources.read_chunk(chunk)]
-    assert len(pieces) > 10 and records == texts and sum(converted) == len(texts)
+    read = [record.text for chunk in pieces for record in records.read_chunk(chunk)]
+    assert len(pieces) > 10 and read == texts and sum(converted) == len(texts)
 
 
 def test_parquet_of_categorical_strings_equals_plain_strings(tmp_path, embedder):
@@ -1206,14 +1210,16 @@ def test_an_input_of_no_known_format_is_refused_not_read_as_text(tmp_path, files
 
 def test_extensions_are_matched_in_any_case(tmp_path, embedder):
     from npbert.stream import embed_corpus
-    from npbert.stream.sources import input_files
+    from npbert.stream.files import input_files
 
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir" / "a.TXT").write_text("one\n")
     (tmp_path / "dir" / "b.JSONL").write_text('{"text": "two"}\n')
     assert [f for _, f in input_files(tmp_path / "dir", None)] == ["txt", "jsonl"]
-    with pytest.raises(npbert.InputError, match="input format 'csv': use txt, jsonl or parquet"):
-        input_files(tmp_path / "dir", "csv")
+    message = "input_format must be the name 'txt', 'jsonl' or 'parquet', got 'csv'"
+    with pytest.raises(npbert.InputError, match=message):
+        embed_corpus(embedder, tmp_path / "dir", tmp_path / "o", input_format="csv")
+    assert not (tmp_path / "o").exists()
     embed_corpus(embedder, tmp_path / "dir", tmp_path / "o")
     for text, rows in zip(["one", "two"], read_corpus(tmp_path / "o"), strict=True):
         np.testing.assert_array_equal(rows, embedder(text).embeddings)
@@ -1288,7 +1294,7 @@ def test_a_parquet_row_of_null_text_is_named_counting_from_0(tmp_path):
 def test_pseudo_files_carry_their_bytes(path):
     """/sys files say they hold 4,096 bytes: read again by a worker, one that had changed was
     refused ("run again", which could never work), as /proc files were."""
-    from npbert.stream.sources import chunks
+    from npbert.stream.chunks import chunks
 
     if not os.path.exists(path):
         pytest.skip(f"{path} is not on this machine")
@@ -1435,20 +1441,16 @@ def test_a_path_argument_that_is_not_a_path_is_named(tmp_path, embedder, argumen
 
 
 def test_workers_past_a_few_per_core_are_refused_before_any_fork(tmp_path, embedder, monkeypatch):
-    from npbert.layer import fast
-    from npbert.stream import corpus as stream
+    from npbert.stream import CorpusSettings
 
-    monkeypatch.setattr(fast, "cpus", lambda: 2)
-    monkeypatch.setattr(stream, "worker_pool", None)  # would fail if the job got that far
+    monkeypatch.setattr(local, "cpus", lambda: 2)
+    monkeypatch.setattr(local, "worker_pool", None)  # would fail if the job got that far
     (tmp_path / "c.txt").write_text("one\n")
-    limit = 2 * stream.WORKERS_PER_CORE
+    limit = 2 * local.WORKERS_PER_CORE
     with pytest.raises(npbert.InputError, match=f"workers={limit + 1}: more than .* the 2 cores"):
         stream.embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", workers=limit + 1)
     assert not (tmp_path / "o").exists()
-    assert (
-        stream.LocalEngine(embedder, workers=limit, truncation=False, dtype="float32").workers
-        == limit
-    )
+    assert local.LocalEngine(embedder, CorpusSettings(workers=limit)).workers == limit
 
 
 def test_an_output_directory_that_is_a_dangling_symlink_is_named_so(tmp_path, embedder):
@@ -1506,15 +1508,15 @@ def test_a_damaged_parquet_file_is_one_line(tmp_path, minilm_dir):
 def test_a_file_still_being_written_is_read_as_it_was_not_split_mid_line(tmp_path):
     """The file's end, inside a line, was taken as that line's end, and the job read on: the
     rest of the line, written meanwhile, became a text of its own ("hel", "lo world")."""
-    from npbert.stream import sources
+    from npbert.stream import chunks, records
 
     path = tmp_path / "growing.txt"
     path.write_bytes(b"first line\nhel")  # a writer is in the middle of a line
-    pieces = sources.chunks([(str(path), "txt")], 1 << 16)
+    pieces = chunks.chunks([(str(path), "txt")], 1 << 16)
     first = next(pieces)
     with path.open("ab") as file:
         file.write(b"lo world\nlast\n")
-    texts = [record.text for chunk in [first, *pieces] for record in sources.read_chunk(chunk)]
+    texts = [record.text for chunk in [first, *pieces] for record in records.read_chunk(chunk)]
     assert texts == ["first line", "hel"]
 
 
@@ -1549,7 +1551,7 @@ def test_stops_held_leaves_alone_a_handler_set_outside_python(monkeypatch):
     real = signal.getsignal
     monkeypatch.setattr(signal, "getsignal", lambda n: None if n == signal.SIGTERM else real(n))
     before = real(signal.SIGTERM), real(signal.SIGINT)
-    with stream.stops_held():
+    with stops.stops_held():
         assert real(signal.SIGTERM) is before[0] and real(signal.SIGINT) is not before[1]
     assert (real(signal.SIGTERM), real(signal.SIGINT)) == before
 
@@ -1569,7 +1571,7 @@ def test_stops_held_puts_every_handler_back_if_a_stop_comes_between_two(monkeypa
 
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     monkeypatch.setattr(signal, "signal", stopped_once_back)
-    with pytest.raises(KeyboardInterrupt), stream.stops_held():
+    with pytest.raises(KeyboardInterrupt), stops.stops_held():
         pass
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
@@ -1613,7 +1615,8 @@ def test_a_resumed_parquet_run_starts_its_progress_at_its_rows_share_of_the_file
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from npbert.stream.sources import Consumed, row_bytes
+    from npbert.stream.chunks import Consumed
+    from npbert.stream.parquet import row_bytes
 
     texts = corpus_lines(200, seed=8, longest=30)
     source, out = tmp_path / "c.parquet", tmp_path / "o"
@@ -1643,9 +1646,7 @@ def test_resume_removes_shards_a_killed_run_committed_but_did_not_list(tmp_path,
     source.write_text("\n".join(corpus_lines(40, seed=9)) + "\n")
     stream.embed_corpus(embedder, source, out, shard_bytes=300)
     listed = json.loads((out / "index.json").read_text())["shards"]
-    stale = [
-        out / f"shard-{len(listed) + 5:05d}{suffix}.npy" for suffix in stream.SHARD_FILES.values()
-    ]
+    stale = [out / f"shard-{len(listed) + 5:05d}{suffix}.npy" for suffix in SHARD_FILES.values()]
     for path in stale:
         shutil.copy(out / f"shard-00000{path.name[11:]}", path)
     stream.embed_corpus(embedder, source, out, shard_bytes=300, resume=True)
@@ -1690,7 +1691,7 @@ def test_input_changed_while_embedded_says_to_start_again_elsewhere(tmp_path, su
     """It said "run again", which the output directory refuses, and --resume too."""
     import dataclasses
 
-    from npbert.stream import sources
+    from npbert.stream import chunks, files, records
 
     path = tmp_path / f"c.{suffix}"
     if suffix == "txt":
@@ -1700,7 +1701,7 @@ def test_input_changed_while_embedded_says_to_start_again_elsewhere(tmp_path, su
         import pyarrow.parquet as pq
 
         pq.write_table(pa.table({"text": ["a b", "c d"]}), path)
-    chunk = next(iter(sources.chunks(sources.input_files(path, None), 4096, None)))
+    chunk = next(iter(chunks.chunks(files.input_files(path, None), 4096, None)))
     changed = dataclasses.replace(chunk, sha256="0" * 64)
     with pytest.raises(npbert.InputError, match="embed it again into a new directory"):
-        sources.read_chunk(changed)
+        records.read_chunk(changed)

@@ -11,7 +11,8 @@ import threading
 
 from npbert import __version__
 from npbert.cli.compare import add_compare
-from npbert.cli.embed import add_embed
+from npbert.cli.corpus import is_corpus
+from npbert.cli.embed import add_embed, form_hint
 from npbert.cli.errors import STOPPING, run
 from npbert.cli.explain import add_explain
 from npbert.cli.fetch import add_fetch
@@ -22,7 +23,8 @@ from npbert.cli.vectors import add_vectors
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(corpus=is_corpus(argv))
     # TEXT arguments may come after the options (`compare C --model M TEXT`); argparse leaves
     # those over, and they are texts as long as none looks like an option, or they follow --.
     args, extra = parser.parse_known_args(argv)
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra[:dashes]):
             # said by the command's parser, whose --help lists what it takes
             words = hasattr(args, "text") and not any(e.startswith("-") for e in extra)
-            hint = prefix_hint(args, extra) or dashed_hint(args, extra)
+            hint = prefix_hint(args, extra) or dashed_hint(args, extra) or form_hint(args, extra)
             hint = "; quote a TEXT of several words" if words else hint
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
         args.texts = [*args.texts, *extra[:dashes], *extra[dashes + 1 :]]
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
                 signal.signal(number, default)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(corpus: bool = False) -> argparse.ArgumentParser:
+    """The command's parser; `corpus`: with embed's corpus form (npbert.cli.corpus)."""
     parser = Parser(
         prog="npbert",
         description="The embedding layer of BERT and its family of encoders, in NumPy: the "
@@ -64,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-    add_embed(commands)
+    add_embed(commands, corpus)
     add_explain(commands)
     add_compare(commands)
     add_vectors(commands)

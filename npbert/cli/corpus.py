@@ -1,123 +1,131 @@
-"""npbert embed --input: a corpus streamed into a directory of shards."""
+"""`npbert embed --input FILE|DIR --out DIR`: the corpus form of embed, a corpus streamed into
+a directory of shards, with a parser of its own: main picks it when --input is given."""
 
 import argparse
-import os
+import dataclasses
 import sys
 
 from npbert.cli.inputs import check_float32
-from npbert.cli.options import ID_FILES, count
+from npbert.cli.options import add_model, command, count, path
 from npbert.cli.output import say
-from npbert.errors import InputError
-
-# The corpus options, and what each is when not given: given without --input, refused.
-CORPUS_DEFAULTS = {
-    "input_format": None,
-    "shard_bytes": 1 << 16,
-    "dtype": "float32",
-    "resume": False,
-    "workers": None,
-    "engine": "local",
-    "address": None,
-    "quiet": False,
-}
+from npbert.stream.settings import DTYPES, ENGINES, INPUT_FORMATS, CorpusSettings
 
 
-def add_corpus_options(embed: argparse.ArgumentParser) -> None:
-    """`embed --input`: a corpus streamed into a directory of shards, on this machine's cores
-    or on a Ray cluster."""
-    corpus = embed.add_argument_group("corpus", "stream a corpus into a directory of shards")
-    corpus.add_argument(
+def is_corpus(argv: list[str]) -> bool:
+    """Whether `argv` is `embed` with --input among its options (before any --)."""
+    if not argv or argv[0] != "embed":
+        return False
+    options = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+    return any(o == "--input" or str(o).startswith("--input=") for o in options)
+
+
+def add_embed_corpus(commands) -> None:
+    """`embed` as the corpus form: --input, --out DIR, the model, and CorpusSettings' options."""
+    embed = command(
+        commands,
+        "embed",
+        "embed texts or token ids",
+        "Stream a corpus (one text a line, JSON lines or Parquet; a directory of them; or "
+        "standard input) through the checkpoint's embedding layer into a directory of shards, "
+        "in bounded memory, resumable, on this machine's cores or on a Ray cluster.",
+        "  npbert embed --input corpus.txt --out corpus.emb --model M\n"
+        "  npbert embed --input corpus/ --out corpus.emb --model M --dtype float16\n"
+        "  cat corpus.jsonl | npbert embed --input - --input-format jsonl --out c.emb --model M\n"
+        "  npbert embed --input corpus.txt --out corpus.emb --model M --resume\n",
+    )
+    add_corpus_arguments(embed)
+    embed.see = "npbert embed --input FILE --help"  # without --input: the texts form's
+    embed.set_defaults(run=run_embed_corpus, form="corpus")
+
+
+def add_corpus_arguments(embed: argparse.ArgumentParser) -> None:
+    """The corpus form's arguments, its settings' defaults those of CorpusSettings."""
+    embed.add_argument(
         "--input",
+        required=True,
         metavar="FILE|DIR",
         help=".txt (a text a line), .jsonl, .parquet, a directory of them, or - for stdin",
     )
-    corpus.add_argument(
-        "--input-format",
-        choices=("txt", "jsonl", "parquet"),
-        help="default: from each file's name, txt for -",
+    embed.add_argument(
+        "--out", required=True, type=path, metavar="DIR", help="the directory of shards"
     )
-    corpus.add_argument(
+    add_model(embed)
+    add_settings(embed.add_argument_group("corpus", "how the corpus is embedded"))
+    embed.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    embed.set_defaults(**dataclasses.asdict(CorpusSettings()))
+
+
+def add_settings(group) -> None:
+    """An option for each field of CorpusSettings but progress (--quiet), by its name."""
+    group.add_argument(
+        "--input-format", choices=INPUT_FORMATS, help="default: from each file's name, txt for -"
+    )
+    group.add_argument(
         "--shard-bytes",
         type=count,
-        default=CORPUS_DEFAULTS["shard_bytes"],
         metavar="N",
         help="bytes of input per shard (default: %(default)s, about 16k tokens of English "
         "text); memory use grows with it",
     )
-    corpus.add_argument(
+    group.add_argument(
+        "--truncate",
+        dest="truncation",
+        action="store_true",
+        help="cut texts longer than the model allows (default: refuse them)",
+    )
+    group.add_argument(
         "--dtype",
-        choices=("float32", "float16"),
-        default=CORPUS_DEFAULTS["dtype"],
+        choices=DTYPES,
         help="of the embeddings written (default: %(default)s); float16 is half the size",
     )
-    corpus.add_argument("--resume", action="store_true", help="continue an interrupted run")
-    corpus.add_argument(
+    group.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    group.add_argument(
         "--workers",
         type=count,
         metavar="N",
         help="processes (local; at most 4 per core) or actors (ray); default: one per core "
         "(per CPU of the cluster)",
     )
-    corpus.add_argument(
+    group.add_argument(
         "--engine",
-        choices=("local", "ray"),
-        default=CORPUS_DEFAULTS["engine"],
+        choices=ENGINES,
         help="local worker processes or a Ray cluster (needs npbert[ray]) (default: %(default)s)",
     )
-    corpus.add_argument(
+    group.add_argument(
         "--address",
         help="--engine ray: the cluster to join (default: RAY_ADDRESS's, else start one here)",
     )
-    corpus.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def run_embed_corpus(args) -> int:
-    files = [text for text in args.texts if os.path.exists(text)]
-    if files:  # `--input parts/*.txt`: the shell gave the files after the first as TEXTs
-        raise InputError(
-            f"--input takes one file or directory, and {files[0]} came as a TEXT after it: to "
-            "embed several files, give the directory that holds them"
-        )
-    given = [o for o in ID_FILES.values() if getattr(args, o) is not None]  # --ids-file, ...
-    if args.texts or given or args.pair or args.stages or args.project:
-        raise InputError(
-            "--input embeds a whole file: give no TEXT, --pair, --ids-file (or its token type, "
-            "position or mask file), --stages, --project"
-        )
-    if args.out is None:
-        raise InputError("--input needs --out DIR, the directory the shards go to")
-    if args.address is not None and args.engine != "ray":
-        raise InputError("--address goes with --engine ray")
-    progress = None if args.quiet else "bar" if sys.stderr.isatty() else "lines"
-    options = {
-        "input_format": args.input_format,
-        "shard_bytes": args.shard_bytes,
-        "truncation": args.truncate,
-        "resume": args.resume,
-        "dtype": args.dtype,
-        "workers": args.workers,
-        "progress": progress,
-    }
-    if args.engine == "ray":
-        from npbert.model import load_weights
-        from npbert.ray import embed_corpus_on_ray
-
-        # Read here too, from memory-mapped tensors, for the warning the local job gives: the
-        # actors' own warnings reach Ray's logs, not this terminal.
-        weights = load_weights(args.model, revision=args.revision, full=args.full)
-        check_float32(weights, args.dtype)
-        index = embed_corpus_on_ray(
-            args.model, args.input, args.out, revision=args.revision, full=args.full,
-            address=args.address, **options,
-        )  # fmt: skip
+    """The corpus job, on the engine the settings name; says what it embedded."""
+    options = {f.name: getattr(args, f.name) for f in dataclasses.fields(CorpusSettings)}
+    options["progress"] = None if args.quiet else "bar" if sys.stderr.isatty() else "lines"
+    settings = CorpusSettings(**options)
+    if settings.engine == "ray":
+        index = on_ray(args, settings)
     else:
         from npbert.embedder import Embedder
         from npbert.stream.corpus import embed_corpus
 
         embedder = Embedder.from_pretrained(args.model, revision=args.revision, full=args.full)
-        check_float32(embedder.weights, args.dtype)
-        index = embed_corpus(embedder, args.input, args.out, **options)
+        check_float32(embedder.weights, settings.dtype)
+        index = embed_corpus(embedder, args.input, args.out, settings)
     counts = [(index["texts"], "text"), (index["tokens"], "token"), (len(index["shards"]), "shard")]
     texts, tokens, shards = (f"{n:,} {noun}{'' if n == 1 else 's'}" for n, noun in counts)
     say(f"embedded {texts}, {tokens}, in {shards}: {args.out}")
     return 0
+
+
+def on_ray(args, settings: CorpusSettings) -> dict:
+    """The corpus job on Ray; its index."""
+    from npbert.model import load_weights
+    from npbert.ray import embed_corpus_on_ray
+
+    # Read here too, from memory-mapped tensors, for the warning the local job gives: the
+    # actors' own warnings reach Ray's logs, not this terminal.
+    check_float32(load_weights(args.model, revision=args.revision, full=args.full), settings.dtype)
+    return embed_corpus_on_ray(
+        args.model, args.input, args.out, revision=args.revision, full=args.full,
+        settings=settings,
+    )  # fmt: skip

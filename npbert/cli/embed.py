@@ -1,38 +1,49 @@
-"""npbert embed: texts or ids through the layer."""
+"""npbert embed: texts or ids through the layer; with --input, a corpus (npbert.cli.corpus)."""
 
+import os
 import warnings
 
 import numpy as np
 
-from npbert.cli.corpus import CORPUS_DEFAULTS, add_corpus_options, run_embed_corpus
+from npbert.cli.corpus import add_corpus_arguments, add_embed_corpus
 from npbert.cli.inputs import read_inputs
-from npbert.cli.options import add_inputs, command, flag, path
+from npbert.cli.options import Parser, add_inputs, command, path
 from npbert.cli.output import metadata, save, say, summary
 from npbert.errors import InputError
 
 
-def add_embed(commands) -> None:
+def add_embed(commands, corpus: bool = False) -> None:
+    """`embed`: its corpus form (npbert.cli.corpus) where `corpus`, else texts or ids."""
+    if corpus:
+        add_embed_corpus(commands)
+        return
     embed = command(
         commands,
         "embed",
         "embed texts or token ids",
         "Embed texts (tokenized with the checkpoint's tokenizer) or token ids with the "
-        "checkpoint's\nembedding layer. Without --out, print a readable summary; with --input, "
-        "stream a whole\ncorpus into a directory of shards.",
+        "checkpoint's\nembedding layer. Without --out, print a readable summary. With --input, "
+        "stream a whole\ncorpus into a directory of shards: `npbert embed --input FILE --help` "
+        "lists that form's options.",
         '  npbert embed "I am Sinan" "this is a test sentence" --model M\n'
         '  npbert embed "Who is Sinan?" --pair "Sinan wrote a notebook." --model M\n'
         "  npbert embed --ids-file ids.npy --model M --out out.npz\n"
         "  npbert embed --input corpus.txt --out corpus.emb --model M\n"
         "  npbert embed --model M -- -able            # a text that starts with -\n",
     )
+    add_text_arguments(embed)
+    embed.set_defaults(run=run_embed, form="texts")
+
+
+def add_text_arguments(embed) -> None:
+    """The texts-or-ids form's arguments."""
     add_inputs(embed)
     embed.add_argument(
         "--out",
         type=path,
         metavar="FILE",
         help=".npz (embeddings, input_ids, token_type_ids, attention_mask, metadata; with "
-        "--project, projected) or .npy (embeddings, or projected); with --input, the directory "
-        "of shards (default: print a summary)",
+        "--project, projected) or .npy (embeddings, or projected) (default: print a summary)",
     )
     embed.add_argument(
         "--stages", action="store_true", help="also write every stage of the layer (.npz)"
@@ -44,20 +55,32 @@ def add_embed(commands) -> None:
         "apply after the layer: what the first encoder layer receives (other families have "
         "none: it changes nothing)",
     )
-    add_corpus_options(embed)
-    embed.set_defaults(run=run_embed)
+
+
+def form_hint(args, extra: list[str]) -> str:
+    """For `embed`, arguments left over that belong to its other form: an option of a corpus
+    given to texts, or of texts to a corpus; or, to a corpus, words (files a shell glob gave
+    after --input's)."""
+    form = getattr(args, "form", None)
+    if form is None:
+        return ""
+    other = Parser(add_help=False)
+    (add_text_arguments if form == "corpus" else add_corpus_arguments)(other)
+    ours, theirs = (p._option_string_actions for p in (args.parser, other))  # argparse's
+    named = next((e.split("=")[0] for e in extra if e.split("=")[0] in theirs.keys() - ours), "")
+    if named and form == "texts":
+        return f"; {named} is for a corpus, with --input"
+    if named:
+        return f"; {named} is for texts or ids, not for a corpus (--input)"
+    words = [e for e in extra if form == "corpus" and not e.startswith("-")]
+    if any(os.path.exists(word) for word in words):
+        return "; --input takes one file or directory: for several files, give their directory"
+    return "; with --input, embed takes no TEXT" if words else ""
 
 
 def run_embed(args) -> int:
     from npbert.layer.fast import apply_projection
     from npbert.model import embed, embed_stages
-
-    if args.input is not None:
-        return run_embed_corpus(args)
-    given = [name for name, default in CORPUS_DEFAULTS.items() if getattr(args, name) != default]
-    if given:
-        option = flag(given[0])
-        raise InputError(f"{option} goes with --input (a corpus); it does nothing here")
 
     if args.stages and (args.out is None or args.out.suffix.lower() != ".npz"):
         raise InputError("--stages writes every stage to an .npz: give --out FILE.npz")

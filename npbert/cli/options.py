@@ -72,8 +72,11 @@ class Parser(argparse.ArgumentParser):
         self.register("action", None, Once)
         self.register("action", "store", Once)
 
+    see = ""  # the command that shows this parser's help, where not `PROG --help`
+
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        see = self.see or f"{self.prog} --help"
+        self.exit(2, f"{self.prog}: error: {message} (see {see})\n")
 
 
 class Once(argparse.Action):

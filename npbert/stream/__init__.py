@@ -1,7 +1,11 @@
-"""Corpora streamed through the layer to shards on disk, in bounded memory, resumable: read
-from text, JSON lines or Parquet (sources), embedded by worker processes (corpus), with
-progress shown (progress)."""
+"""Corpora streamed through the layer to shards on disk, in bounded memory, resumable.
+
+The job (corpus: embed_corpus, read_corpus) and its options (settings: CorpusSettings); its
+input (files, chunks, parquet, records); its output (shards, index); its local engine of
+worker processes (local, stops); its progress (progress). npbert.ray adds a Ray engine.
+"""
 
 from npbert.stream.corpus import embed_corpus, read_corpus
+from npbert.stream.settings import CorpusSettings
 
-__all__ = ["embed_corpus", "read_corpus"]
+__all__ = ["CorpusSettings", "embed_corpus", "read_corpus"]
