@@ -125,4 +125,3 @@ def test_no_part_of_the_package_imports_one_above_it():
                 if pieces[0] != "npbert" or len(pieces) < 2:
                     continue
                 assert pieces[1] in LAYERS[part] | SHARED, f"{path.name} imports {name}"
-
