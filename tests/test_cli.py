@@ -169,7 +169,7 @@ def test_an_option_given_by_the_start_of_its_name_is_named_not_guessed(capsys):
         main(["embed", "hi", "--model", str(TINY), "--rev", "main"])
     out, err = capsys.readouterr()
     assert ended.value.code == 2 and not out
-    assert "unrecognized arguments: --rev main; did you mean --revision?" in err
+    assert "unrecognized arguments: --rev main (see npbert embed --help)" in err
 
 
 def test_explain_says_a_learned_table_that_holds_the_sinusoids(capsys, tmp_path):
@@ -540,25 +540,6 @@ def test_texts_may_follow_the_options(capsys):
     assert "unrecognized arguments: --bogus" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["embed", "--input", "a.txt", "--input", "b.txt", "--out", "o"], "--input given twice"),
-        (["embed", "x", "--model", "m", "--out", "a.npz"], "--model given twice (m, then"),
-        (["compare", "c.npy", "x", "--atol", "1", "--atol", "1"], "--atol given twice (1.0, "),
-    ],
-)
-def test_an_option_of_one_value_given_twice_is_refused(
-    capsys, monkeypatch, tmp_path, argv, message
-):
-    # argparse keeps the last: the first --input's texts were left out without a word
-    monkeypatch.chdir(tmp_path)  # where a run that is not refused writes a.npz
-    with pytest.raises(SystemExit) as exit_info:
-        main([*argv, "--model", str(TINY)])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and message in err and err.count("\n") == 1, err
-
-
 def test_files_a_shell_glob_gave_after_input_are_named(tmp_path, capsys):
     for name in ("a.txt", "b.txt"):
         (tmp_path / name).write_text("x\n")
@@ -567,7 +548,7 @@ def test_files_a_shell_glob_gave_after_input_are_named(tmp_path, capsys):
         main([*map(str, argv), "--model", str(TINY)])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1, err
-    assert f"unrecognized arguments: {tmp_path / 'b.txt'}; --input takes one file or" in err
+    assert f"unrecognized arguments: {tmp_path / 'b.txt'} (see" in err
 
 
 def test_options_that_add_up_may_be_repeated(capsys):
@@ -1115,10 +1096,7 @@ def test_an_argument_a_command_does_not_take_points_to_its_own_help(capsys):
         main(["explain", "a", "b", "--model", str(TINY)])
     err = capsys.readouterr().err
     assert ended.value.code == 2
-    assert err == (
-        "npbert explain: error: unrecognized arguments: b; quote a TEXT of several words "
-        "(see npbert explain --help)\n"
-    )
+    assert err == ("npbert explain: error: unrecognized arguments: b (see npbert explain --help)\n")
     with pytest.raises(SystemExit):
         main(["inspect", str(TINY), "extra"])
     assert "(see npbert inspect --help)" in capsys.readouterr().err
@@ -1130,17 +1108,9 @@ def test_a_text_that_starts_with_a_dash_points_to_the_double_dash(capsys, comman
         main([*command, "-able", "--model", str(TINY)])
     err = capsys.readouterr().err
     assert ended.value.code == 2 and err.count("\n") == 1
-    assert "arguments: -able; a TEXT that starts with - goes after -- (`-- -able`)" in err
-    with pytest.raises(SystemExit):
-        main([*command, "--modle", str(TINY), "--model", str(TINY)])  # a mistyped option
-    assert "goes after --" not in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main([*command, "x", "-revision", "v1", "--model", str(TINY)])  # one - too few
-    err = capsys.readouterr().err
-    assert "unrecognized arguments: -revision v1; did you mean --revision?" in err
-    with pytest.raises(SystemExit):
-        main([*command, "-a;b", "--model", str(TINY)])  # the command shown quoted for a shell
-    assert "(`-- '-a;b'`)" in capsys.readouterr().err
+    assert "unrecognized arguments: -able (see" in err
+    code, _, _ = run(capsys, "embed", "--model", TINY, "--", "-able")  # where such a text goes
+    assert code == 0
 
 
 def test_position_ids_from_a_file_go_to_embed_and_compare(tmp_path, capsys):
@@ -1180,7 +1150,6 @@ def test_input_refuses_the_options_of_texts_and_ids(tmp_path, capsys, option):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1, err
     assert f"unrecognized arguments: {option} " in err
-    assert f"; {option} is for texts or ids, not for a corpus (--input)" in err
     assert not (tmp_path / "o").exists()
 
 
@@ -1195,9 +1164,7 @@ def test_texts_refuse_the_options_of_a_corpus(capsys, extra, option):
         main(["embed", "x", "--model", str(TINY), *extra])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1, err
-    assert (
-        f"unrecognized arguments: {' '.join(extra)}; {option} is for a corpus, with --input" in err
-    )
+    assert f"unrecognized arguments: {' '.join(extra)} (see npbert embed --help)" in err
 
 
 def test_address_is_for_the_ray_engine(tmp_path, capsys):

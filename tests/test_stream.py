@@ -348,7 +348,7 @@ def test_resume_refuses_a_run_with_other_settings(tmp_path, minilm_dir):
         ("c.jsonl", '{"text": "a", "pair": "b", "pair": "c"}\n', [], "line 1: 'pair' is given"),
         ("c.jsonl", '{"text": "ok", "id": ' + "9" * 5000 + "}\n", [], "c.jsonl line 1: not valid"),
         ("c.txt", "short\n" + "word " * 600 + "\n", [], "c.txt line 2 has 602 tokens"),
-        ("c.txt", "x\n", ["embed", "x"], "unrecognized arguments: x; with --input, embed takes"),
+        ("c.txt", "x\n", ["embed", "x"], "unrecognized arguments: x (see npbert embed --input"),
     ],
 )
 def test_bad_corpus_input_exits_2_naming_the_line(

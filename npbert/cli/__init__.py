@@ -12,12 +12,12 @@ import threading
 from npbert import __version__
 from npbert.cli.compare import add_compare
 from npbert.cli.corpus import is_corpus
-from npbert.cli.embed import add_embed, form_hint
+from npbert.cli.embed import add_embed
 from npbert.cli.errors import STOPPING, run
 from npbert.cli.explain import add_explain
 from npbert.cli.fetch import add_fetch
 from npbert.cli.inspect import add_inspect
-from npbert.cli.options import TOKEN_ELSEWHERE, Parser, dashed_hint, prefix_hint
+from npbert.cli.options import TOKEN_ELSEWHERE, Parser
 from npbert.cli.positions import add_positions_parser
 from npbert.cli.vectors import add_vectors
 
@@ -33,11 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         if any(e.split("=")[0] == "--token" for e in extra[:dashes]):  # not fetch: its value
             args.parser.error(TOKEN_ELSEWHERE)  # is a secret, not to be echoed to a log
         if not hasattr(args, "texts") or any(e.startswith("-") for e in extra[:dashes]):
-            # said by the command's parser, whose --help lists what it takes
-            words = hasattr(args, "text") and not any(e.startswith("-") for e in extra)
-            hint = prefix_hint(args, extra) or dashed_hint(args, extra) or form_hint(args, extra)
-            hint = "; quote a TEXT of several words" if words else hint
-            args.parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+            args.parser.error(f"unrecognized arguments: {' '.join(extra)}")  # its own parser
         args.texts = [*args.texts, *extra[:dashes], *extra[dashes + 1 :]]
     if sys.stdout is None:  # started with it closed (>&-): what the command says would be lost
         print("npbert: error: standard output is closed", file=sys.stderr)

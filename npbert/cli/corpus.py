@@ -33,8 +33,8 @@ def add_embed_corpus(commands) -> None:
         "  cat corpus.jsonl | npbert embed --input - --input-format jsonl --out c.emb --model M\n"
         "  npbert embed --input corpus.txt --out corpus.emb --model M --resume\n",
     )
+    embed.see = "npbert embed --input FILE --help"  # without --input: the texts' help
     add_corpus_arguments(embed)
-    embed.see = "npbert embed --input FILE --help"  # without --input: the texts form's
     embed.set_defaults(run=run_embed_corpus, form="corpus")
 
 

@@ -1,13 +1,12 @@
 """npbert embed: texts or ids through the layer; with --input, a corpus (npbert.cli.corpus)."""
 
-import os
 import warnings
 
 import numpy as np
 
-from npbert.cli.corpus import add_corpus_arguments, add_embed_corpus
+from npbert.cli.corpus import add_embed_corpus
 from npbert.cli.inputs import read_inputs
-from npbert.cli.options import Parser, add_inputs, command, path
+from npbert.cli.options import add_inputs, command, path
 from npbert.cli.output import metadata, save, say, summary
 from npbert.errors import InputError
 
@@ -55,27 +54,6 @@ def add_text_arguments(embed) -> None:
         "apply after the layer: what the first encoder layer receives (other families have "
         "none: it changes nothing)",
     )
-
-
-def form_hint(args, extra: list[str]) -> str:
-    """For `embed`, arguments left over that belong to its other form: an option of a corpus
-    given to texts, or of texts to a corpus; or, to a corpus, words (files a shell glob gave
-    after --input's)."""
-    form = getattr(args, "form", None)
-    if form is None:
-        return ""
-    other = Parser(add_help=False)
-    (add_text_arguments if form == "corpus" else add_corpus_arguments)(other)
-    ours, theirs = (p._option_string_actions for p in (args.parser, other))  # argparse's
-    named = next((e.split("=")[0] for e in extra if e.split("=")[0] in theirs.keys() - ours), "")
-    if named and form == "texts":
-        return f"; {named} is for a corpus, with --input"
-    if named:
-        return f"; {named} is for texts or ids, not for a corpus (--input)"
-    words = [e for e in extra if form == "corpus" and not e.startswith("-")]
-    if any(os.path.exists(word) for word in words):
-        return "; --input takes one file or directory: for several files, give their directory"
-    return "; with --input, embed takes no TEXT" if words else ""
 
 
 def run_embed(args) -> int:

@@ -1,7 +1,6 @@
 """The command's parser and the options several commands share."""
 
 import argparse
-import shlex
 import textwrap
 from pathlib import Path
 
@@ -30,32 +29,6 @@ def flag(option: str) -> str:
     return "--" + option.replace("_", "-")
 
 
-def dashed_hint(args, extra: list[str]) -> str:
-    """For a command that takes texts, where one left over starts with a single -: argparse
-    read it as an option it does not have. An option's name with one - is a typo."""
-    takes = hasattr(args, "texts") or hasattr(args, "text")
-    dashed = [e for e in extra if e.startswith("-") and not e.startswith("--")]
-    if not (takes and dashed):
-        return ""
-    options = args.parser._option_string_actions  # argparse's own table of option strings
-    typo = next((f"-{e}" for e in dashed if f"-{e.split('=')[0]}" in options), None)
-    if typo:
-        return f"; did you mean {typo}?"
-    return f"; a TEXT that starts with - goes after -- (`-- {shlex.quote(dashed[0])}`)"
-
-
-def prefix_hint(args, extra: list[str]) -> str:
-    """For an option given by the start of its name, which argparse does not take (Parser):
-    the options it may stand for."""
-    options = args.parser._option_string_actions  # argparse's own table of option strings
-    for given in extra:
-        name = given.split("=")[0]
-        matches = sorted(o for o in options if name.startswith("--") and o.startswith(name))
-        if matches:
-            return f"; did you mean {' or '.join(matches)}? (give an option's whole name)"
-    return ""
-
-
 TOKEN_ELSEWHERE = (
     "--token is an option of npbert fetch alone (the value given is not shown): fetch the "
     "model with it first, and this command reads the cache; or set HF_TOKEN"
@@ -63,31 +36,17 @@ TOKEN_ELSEWHERE = (
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line, like every other npbert error, an option of one
-    value refused when given twice, and no option taken from a prefix of its name: `--token`
-    was read as --token-type-ids-file, its value, a secret, printed as a missing file."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
-        self.register("action", None, Once)
-        self.register("action", "store", Once)
+    """argparse with its usage errors on one line, as every other npbert error is, and no
+    option taken from a prefix of its name (`--token` was taken for --token-type-ids-file, its
+    value, a secret, printed as a missing file)."""
 
     see = ""  # the command that shows this parser's help, where not `PROG --help`
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
     def error(self, message: str):
-        see = self.see or f"{self.prog} --help"
-        self.exit(2, f"{self.prog}: error: {message} (see {see})\n")
-
-
-class Once(argparse.Action):
-    """argparse's "store", the default action, for an option given once: argparse keeps the
-    last, and `--input a.txt --input b.txt` would embed b.txt alone without a word."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        before = getattr(namespace, self.dest, self.default)
-        if option_string and before is not self.default:
-            parser.error(f"{option_string} given twice ({before}, then {values}): give it once")
-        setattr(namespace, self.dest, values)
+        self.exit(2, f"{self.prog}: error: {message} (see {self.see or self.prog + ' --help'})\n")
 
 
 def count(text: str) -> int:
