@@ -35,7 +35,7 @@ class Access:
         if self.cache_dir is not None and not check_path("cache_dir", self.cache_dir):
             raise InputError("the cache directory is empty: give one, or none for HF_HUB_CACHE")
         if self.cache_dir is not None:  # ~ expanded once, for every call: hf_hub_download
-            # expands it, try_to_load_from_cache does not, and a cached model was not found
+            # expands it and try_to_load_from_cache does not, which would miss what it cached
             object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
             if self.cache_dir.exists() and not self.cache_dir.is_dir():
                 raise InputError(f"{{cache_dir}} {self.cache_dir} is not a directory")
@@ -90,7 +90,7 @@ def check_not_url(model) -> None:
     repo_id, rest = "/".join(segments[:cut]), segments[cut:]
     advice = f": give the repo id, {repo_id}" if repo_id else ": give the repo id, ORG/NAME"
     if rest[:1] in (["tree"], ["blob"], ["resolve"]) and rest[1:2] not in ([], ["main"]):
-        advice += f", and the {{revision}} {rest[1]}"
+        advice += f", and the revision {rest[1]}"
     raise InputError(
         f"{model} is a web address{advice} (a Hub other than huggingface.co is set with "
         "HF_ENDPOINT)"
