@@ -125,3 +125,28 @@ def test_no_part_of_the_package_imports_one_above_it():
                 if pieces[0] != "npbert" or len(pieces) < 2:
                     continue
                 assert pieces[1] in LAYERS[part] | SHARED, f"{path.name} imports {name}"
+
+
+OPTION = re.compile(r"(?<![\w-])--[a-z][a-z-]{2,}")
+
+
+def test_the_library_names_no_command_line_option():
+    """Library messages name the caller's arguments in braces ({resume=True}), which the CLI
+    spells as its options (npbert.cli.errors.OPTIONS): a Python caller is not told to pass
+    --resume. Docstrings may describe the command."""
+    found = []
+    for path in (ROOT / "npbert").glob("**/*.py"):
+        if path.relative_to(ROOT / "npbert").parts[0] in ("cli", "__main__.py"):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef) and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }  # fmt: skip
+        strings = (n for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in docs)
+        for node in strings:
+            if isinstance(node.value, str) and OPTION.search(node.value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == [], found
