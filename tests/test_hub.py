@@ -205,6 +205,7 @@ def embed_to(hub, tmp_path, model, *extra, name="out.npz"):
 FAMILY_REPOS = ("albert", "deberta-v2", "modernbert", "roberta")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILY_REPOS)
 def test_a_fetch_takes_exactly_the_tensors_the_family_reads(hub, tmp_path, family):
     from safetensors import safe_open
@@ -222,6 +223,7 @@ def test_a_fetch_takes_exactly_the_tensors_the_family_reads(hub, tmp_path, famil
         np.testing.assert_array_equal(fetched.arrays[name], array, err_msg=name)
 
 
+@pytest.mark.slow
 def test_the_same_commit_gives_the_same_file_and_vectors(hub, tmp_path):
     # The cached file is written by npbert: its bytes, and the sha256 that `npbert vectors`
     # records, must not change from one fetch to the next (item 12).
@@ -254,6 +256,7 @@ def test_hub_model_equals_the_same_directory_loaded_locally(hub, tmp_path, minil
     assert meta["weights"] == "embedding tensors only"
 
 
+@pytest.mark.slow
 def test_only_the_embedding_tensors_are_downloaded(hub, bert_base_dir, record):
     result = hub.run("fetch", BASE)
     assert result.returncode == 0, result.stderr
@@ -277,6 +280,7 @@ def test_only_the_embedding_tensors_are_downloaded(hub, bert_base_dir, record):
     )
 
 
+@pytest.mark.slow
 def test_second_load_makes_no_request(hub, tmp_path):
     first = embed_to(hub, tmp_path, "test/tiny", name="a.npz")
     hub.reset_counts()
@@ -285,6 +289,7 @@ def test_second_load_makes_no_request(hub, tmp_path):
     np.testing.assert_array_equal(first["embeddings"], second["embeddings"])
 
 
+@pytest.mark.slow
 def test_offline_loads_from_cache_and_fails_clearly_when_not_cached(hub, tmp_path):
     embed_to(hub, tmp_path, "test/tiny")
     hub.reset_counts()
@@ -304,6 +309,7 @@ def test_offline_loads_from_cache_and_fails_clearly_when_not_cached(hub, tmp_pat
     ) in one_line(full)
 
 
+@pytest.mark.slow
 def test_unreachable_hub_uses_the_cache_or_says_what_to_do_within_10_s(hub, tmp_path, record):
     embed_to(hub, tmp_path, "test/tiny")
     closed = "http://127.0.0.1:9"  # discard port: nothing listens on loopback there
@@ -327,6 +333,7 @@ def test_unreachable_hub_uses_the_cache_or_says_what_to_do_within_10_s(hub, tmp_
     assert "is damaged (" in line and "not cached" not in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("env", "limit"), [({}, 10), ({"HF_HUB_ETAG_TIMEOUT": "2"}, 5)], ids=["default", "etag-2s"]
 )
@@ -340,6 +347,7 @@ def test_hub_that_accepts_and_never_answers_fails_in_time(hub, env, limit, recor
     record(f"Hub that never answers ({env or 'defaults'}): error after {result.seconds:.1f} s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "value"),
     [
@@ -371,6 +379,7 @@ def test_embed_each_of_a_local_model_imports_no_huggingface_hub(hub):
     assert (result.returncode, result.stdout, result.stderr) == (0, "1 False\n", "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["stall_body", "trickle"])
 def test_stalled_or_trickling_tensor_bytes_honour_the_download_timeout(hub, kind, record):
     hub.faults.append(Fault(kind, data_range))
@@ -381,6 +390,7 @@ def test_stalled_or_trickling_tensor_bytes_honour_the_download_timeout(hub, kind
     record(f"{kind} in the tensor bytes, HF_HUB_DOWNLOAD_TIMEOUT=2: {result.seconds:.1f} s")
 
 
+@pytest.mark.slow
 def test_revision_pinning_by_tag_and_sha_is_recorded(hub, tmp_path):
     sha = hub.repos[MINILM].sha
     by_tag = embed_to(hub, tmp_path, MINILM, "--revision", "v1.0", name="t.npz")
@@ -393,6 +403,7 @@ def test_revision_pinning_by_tag_and_sha_is_recorded(hub, tmp_path):
     assert bad.returncode == 2 and "revision 'no-such-branch' not found" in bad.stderr
 
 
+@pytest.mark.slow
 def test_full_downloads_the_whole_file(hub, tmp_path, minilm_dir):
     saved = embed_to(hub, tmp_path, MINILM, "--full")
     assert hub.bytes_sent >= (minilm_dir / "model.safetensors").stat().st_size
@@ -401,6 +412,7 @@ def test_full_downloads_the_whole_file(hub, tmp_path, minilm_dir):
     np.testing.assert_array_equal(saved["embeddings"], local.embeddings)
 
 
+@pytest.mark.slow
 def test_sharded_repo_fetches_only_the_shard_with_the_embeddings(hub, tmp_path):
     saved = embed_to(hub, tmp_path, "test/sharded")
     paths = [path for _, path, _ in hub.requests]
@@ -410,6 +422,7 @@ def test_sharded_repo_fetches_only_the_shard_with_the_embeddings(hub, tmp_path):
     np.testing.assert_array_equal(saved["embeddings"], local.embeddings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("repo", "message"),
     [
@@ -425,6 +438,7 @@ def test_a_repo_whose_index_is_wrong_says_so_on_every_run(hub, repo, message):
             assert message in one_line(result), result.stderr
 
 
+@pytest.mark.slow
 def test_an_empty_hf_endpoint_is_named_as_such(hub):
     """huggingface_hub 1.x and later take HF_ENDPOINT='' as the address (0.x goes to
     huggingface.co instead, so this runs only where the request cannot leave)."""
@@ -436,6 +450,7 @@ def test_an_empty_hf_endpoint_is_named_as_such(hub):
     assert "cannot reach HF_ENDPOINT='' (no address) (" in one_line(result)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("repo", "env", "message"),
     [
@@ -459,6 +474,7 @@ def test_hub_errors_are_one_line_with_exit_2(hub, repo, env, message):
     assert nowhere == (f"no local directory named {repo} exists either" in result.stderr)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("repo", "env", "fault", "message"),
     [
@@ -477,6 +493,7 @@ def test_refusals_say_what_to_do_about_the_token_or_the_rate(hub, repo, env, fau
     assert ("rate limited; wait" in line) == (fault is not None)
 
 
+@pytest.mark.slow
 def test_gated_repo_loads_with_a_token(hub, tmp_path):
     result = hub.run(
         "embed", "x", "--model", "test/gated", "--out", tmp_path / "g.npz", HF_TOKEN=TOKEN
@@ -484,6 +501,7 @@ def test_gated_repo_loads_with_a_token(hub, tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_server_ignoring_range_falls_back_to_a_full_download(hub, tmp_path, minilm_dir):
     hub.ignore_range = True
     saved = embed_to(hub, tmp_path, MINILM)
@@ -492,6 +510,7 @@ def test_server_ignoring_range_falls_back_to_a_full_download(hub, tmp_path, mini
     assert json.loads(str(saved["metadata"]))["weights"] == "full file"
 
 
+@pytest.mark.slow
 def test_server_ignoring_range_is_reported(hub):
     hub.ignore_range = True
     result = hub.run("fetch", "test/tiny")
@@ -504,6 +523,7 @@ def test_server_ignoring_range_is_reported(hub):
     assert said[0].endswith("); downloading the whole weights file instead")
 
 
+@pytest.mark.slow
 def test_a_page_in_answer_to_a_range_request_is_reported_as_what_it_is(hub):
     """A sign-in page was reported as a server that "ignored the Range request"."""
     hub.faults.append(Fault("html_200", lambda m, p, r: r.startswith("bytes=0-7") and "tiny" in p))
@@ -514,6 +534,7 @@ def test_a_page_in_answer_to_a_range_request_is_reported_as_what_it_is(hub):
     )
 
 
+@pytest.mark.slow
 def test_connection_dropped_mid_range_caches_nothing_and_retry_succeeds(hub, tmp_path):
     hub.faults.append(Fault("short", lambda m, p, r: data_range(m, p, r) and "bert-base" in p))
     first = hub.run("fetch", BASE)
@@ -524,6 +545,7 @@ def test_connection_dropped_mid_range_caches_nothing_and_retry_succeeds(hub, tmp
     assert entries(hub, BASE) == [snapshot(hub, BASE) / "npbert-embeddings"]
 
 
+@pytest.mark.slow
 def test_two_processes_fetching_at_once_both_succeed(hub, bert_base_dir):
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda _: hub.run("fetch", BASE), range(2)))
@@ -536,6 +558,7 @@ def test_two_processes_fetching_at_once_both_succeed(hub, bert_base_dir):
     assert sum("already cached" in r.stdout for r in results) <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "where", "message"),
     [
@@ -608,6 +631,7 @@ def tampered_checkpoint(directory: Path, change) -> Path:
     return directory
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("full", [False, True])
 @pytest.mark.parametrize(
     ("change", "message"),
@@ -633,6 +657,7 @@ def test_fetch_refuses_a_config_that_loading_would_refuse(hub, tmp_path, change,
         npbert.load_weights(directory)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("files", "message"),
     [
@@ -654,6 +679,7 @@ def test_fetch_refuses_tokenizer_files_embedding_texts_would_refuse(hub, tmp_pat
         npbert.Embedder.from_pretrained(directory)
 
 
+@pytest.mark.slow
 def test_fetch_takes_a_checkpoint_without_tokenizer_files(hub, tmp_path):
     """Ids need none: the tokenizer check is for the files a checkpoint has."""
     directory = tmp_path / "m"
@@ -665,6 +691,7 @@ def test_fetch_takes_a_checkpoint_without_tokenizer_files(hub, tmp_path):
     npbert.load_weights(result.stdout.strip())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(TAMPERED))
 def test_a_served_header_is_checked_as_a_local_file_is(hub, tmp_path, case):
     change, message = TAMPERED[case]
@@ -683,6 +710,7 @@ def test_a_served_header_is_checked_as_a_local_file_is(hub, tmp_path, case):
         npbert.load_weights(directory)
 
 
+@pytest.mark.slow
 def test_a_weights_file_too_short_for_its_header_length_is_refused_not_retried(hub, tmp_path):
     """The server cuts the range for bytes 0-7 at the file's end (a 3-byte file), as HTTP has
     it: that is the file, not a network fault to try again."""
@@ -708,6 +736,7 @@ def mount_namespace() -> list[str]:
     return namespace
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
     """HF_HOME on a 2 MiB tmpfs, mounted in a mount namespace of the run's own."""
     namespace = mount_namespace()
@@ -726,6 +755,7 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(hub, tmp_path):
 READ_ONLY = 'mount --bind "$HF_HOME" "$HF_HOME" && mount -o remount,bind,ro "$HF_HOME" || exit 9'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["fetch", "test/tiny"], ["embed", "x", "--model", "test/tiny"]])
 def test_a_read_only_cache_serves_what_it_holds_and_says_it_is_read_only(hub, argv):
     """A cache baked into an image, mounted read-only: the entry it holds is used without a
@@ -779,6 +809,7 @@ DAMAGE = {  # someone else's doing, and what the error says of it
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", DAMAGE)
 def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub, case):
     assert hub.run("fetch", "test/tiny").returncode == 0
@@ -801,6 +832,7 @@ def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub, ca
     assert embed_to(hub, hub.home, "test/tiny")["embeddings"].shape[-1] == 32
 
 
+@pytest.mark.slow
 def test_a_damaged_full_download_is_reported_and_repaired_too(hub):
     assert hub.run("fetch", "test/tiny", "--full").returncode == 0
     blob = (snapshot(hub, "test/tiny") / "model.safetensors").resolve()
@@ -812,6 +844,7 @@ def test_a_damaged_full_download_is_reported_and_repaired_too(hub):
     assert blob.read_bytes() == (TINY / "model.safetensors").read_bytes()
 
 
+@pytest.mark.slow
 def test_kill_9_mid_fetch_leaves_temporaries_that_the_next_fetch_removes(hub):
     hub.faults.append(Fault("stall_body", data_range))
     command = [sys.executable, "-m", "npbert.cli", "fetch", "test/tiny"]
@@ -832,6 +865,7 @@ def test_kill_9_mid_fetch_leaves_temporaries_that_the_next_fetch_removes(hub):
     assert entries(hub, "test/tiny") == [snapshot(hub, "test/tiny") / "npbert-embeddings"]
 
 
+@pytest.mark.slow
 def test_the_next_fetch_removes_temporaries_beside_an_intact_entry(hub):
     """A killed fetch of another revision leaves its temporary (GBs with --full): a fetch that
     found its own entry intact returned before it looked for them."""
@@ -852,6 +886,7 @@ def hf_command() -> Path | None:
     return hf if works.returncode == 0 else None
 
 
+@pytest.mark.slow
 def test_the_cache_is_one_that_huggingface_hubs_tools_list_and_delete(hub):
     from huggingface_hub import scan_cache_dir
 
@@ -879,6 +914,7 @@ def test_the_cache_is_one_that_huggingface_hubs_tools_list_and_delete(hub):
         assert not revisions["test/sharded"].snapshot_path.exists()
 
 
+@pytest.mark.slow
 def test_token_cache_dir_and_local_files_only_have_huggingface_hubs_meanings(hub, tmp_path):
     cache = tmp_path / "elsewhere"
     code = f"""
@@ -942,6 +978,7 @@ def run_on_a_terminal(hub, *argv, **extra_env) -> tuple[int, str]:
     return process.returncode, shown.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_the_weights_download_shows_a_progress_bar_on_a_terminal_only(hub, tmp_path):
     status, shown = run_on_a_terminal(hub, "fetch", BASE)
     assert status == 0, shown
@@ -953,6 +990,7 @@ def test_the_weights_download_shows_a_progress_bar_on_a_terminal_only(hub, tmp_p
     assert piped.returncode == 0 and piped.stderr == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "waits"), [("error_503", 1 + 2 + 4), ("error_429", 3 * 1)])
 def test_a_busy_server_is_asked_for_a_range_again(hub, kind, waits):
     """A 429 or 5xx for tensor bytes is retried after 1, 2 and 4 s, or the Retry-After the
@@ -972,6 +1010,7 @@ def test_a_busy_server_is_asked_for_a_range_again(hub, kind, waits):
     assert f"the Hub answered {kind[-3:]} " in one_line(failed)
 
 
+@pytest.mark.slow
 def test_huggingface_hubs_retry_warnings_show_only_when_asked_for(hub, tmp_path):
     def head_config(method, path, wanted):
         return method == "HEAD" and path.endswith("/config.json")
@@ -1011,6 +1050,7 @@ def config_head(method: str, path: str, wanted: str) -> bool:
     return method == "HEAD" and path.endswith("/config.json")
 
 
+@pytest.mark.slow
 def test_a_file_request_that_gets_no_answer_is_named_and_its_wait_shown(hub, record):
     """model_info answers, config.json's HEAD does not: huggingface_hub 0.x fails at once,
     recent versions retry it (here, after the stall ends in a dropped connection, for about
@@ -1034,6 +1074,7 @@ def test_a_file_request_that_gets_no_answer_is_named_and_its_wait_shown(hub, rec
     record(f"config.json's HEAD unanswered: named after {result.seconds:.1f} s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", [model_info, config_head, header_range, data_range])
 def test_redirects_in_a_loop_are_a_one_line_error(hub, where):
     """The HTTP client gives up after 20 redirects with an error that was not among the
@@ -1049,6 +1090,7 @@ def test_redirects_in_a_loop_are_a_one_line_error(hub, where):
     assert entries(hub, "test/tiny") == []
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_is_no_address_is_named_in_one_line(hub):
     """huggingface_hub splits HF_ENDPOINT when imported: "http://[::1" was a traceback. Only
     that is refused before any request: a cached model loads whatever HF_ENDPOINT says."""
@@ -1072,6 +1114,7 @@ def test_a_revision_that_is_not_a_string_is_named(revision):
         npbert.load_weights("user/model", revision=revision, local_files_only=True)
 
 
+@pytest.mark.slow
 def test_a_wait_for_another_process_holding_the_repo_lock_is_said(hub):
     """A fetch of the same repo stopped with Ctrl-Z holds the lock: the second run waited in
     silence for as long as it was held."""
@@ -1092,6 +1135,7 @@ def test_a_wait_for_another_process_holding_the_repo_lock_is_said(hub):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("record", ['{"full_bytes": 1e400}', '{"full_bytes": -5}', "[]"])
 def test_a_full_file_with_an_npbert_record_it_did_not_write_loads(hub, tmp_path, record):
     """The record of the size an embedding-only file was cut from was trusted in any file:
@@ -1108,6 +1152,7 @@ def test_a_full_file_with_an_npbert_record_it_did_not_write_loads(hub, tmp_path,
     assert cached.stdout == f"{(directory / 'model.safetensors').stat().st_size}\n", cached.stderr
 
 
+@pytest.mark.slow
 def test_token_true_without_a_saved_token_is_an_input_error(hub):
     """It was huggingface_hub's LocalTokenNotFoundError, an OSError."""
     code = """
@@ -1122,6 +1167,7 @@ except npbert.InputError as error:
     assert "token=True asks for the saved token, and none is saved" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_cache_dir_given_with_a_tilde_is_found_again(hub, tmp_path):
     """huggingface_hub expands ~ where it writes and not where npbert looked a model up: a
     fetched model was "not in the cache" offline, and asked for on every load online."""
@@ -1136,6 +1182,7 @@ def test_a_cache_dir_given_with_a_tilde_is_found_again(hub, tmp_path):
     assert "already cached" in offline.stdout, offline.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "message"),
     [  # a traceback, or "cannot reach ... not cached" though the Hub had just answered
@@ -1150,11 +1197,13 @@ def test_an_answer_for_a_file_that_is_not_a_hubs_is_named(hub, kind, message):
     assert not (hub.home / "hub" / "outside").exists()
 
 
+@pytest.mark.slow
 def test_a_missing_default_branch_is_named_main(hub):
     hub.faults.append(Fault("no_revision", model_info))
     assert "test/tiny: revision 'main' not found" in one_line(hub.run("fetch", "test/tiny"))
 
 
+@pytest.mark.slow
 def test_a_damaged_shard_without_embeddings_does_not_block_loads(hub):
     """A shard npbert neither reads nor fetches (transformers, sharing the cache, may have
     left it damaged) made every load 'damaged: run npbert fetch --full', and that fetch
@@ -1167,6 +1216,7 @@ def test_a_damaged_shard_without_embeddings_does_not_block_loads(hub):
         assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_a_403_says_to_pass_a_token_where_none_was_sent(hub):
     """A 403 was always "the token sent has no access to it", a token sent or not."""
     hub.faults.append(Fault("error_403", data_range))
@@ -1177,6 +1227,7 @@ def test_a_403_says_to_pass_a_token_where_none_was_sent(hub):
     assert "the token sent has no access to it" in line
 
 
+@pytest.mark.slow
 def test_a_small_file_cut_short_in_the_snapshot_is_fetched_again_not_copied(hub):
     """The entry's copies are held to the snapshot's sizes: where the snapshot's own file was
     the one cut short, the repair copied it into the entry, and loads went on with it."""
@@ -1188,6 +1239,7 @@ def test_a_small_file_cut_short_in_the_snapshot_is_fetched_again_not_copied(hub)
         assert (copy / "vocab.txt").read_bytes() == (TINY / "vocab.txt").read_bytes()
 
 
+@pytest.mark.slow
 def test_an_entry_recorded_by_an_older_npbert_still_loads(hub):
     """Its record names no repo and commit to compare: it was reported damaged, 'holds None
     at None', and in a cache this process may not write, could not be repaired."""
@@ -1198,6 +1250,7 @@ def test_an_entry_recorded_by_an_older_npbert_still_loads(hub):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_a_weak_etag_is_the_same_file(hub):
     """One server marks an ETag weak on one answer and not on the next: the same version."""
     hub.faults.append(Fault("weak_etag", data_range))
@@ -1205,6 +1258,7 @@ def test_a_weak_etag_is_the_same_file(hub):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_a_small_file_cut_short_in_a_snapshot_without_symlinks_is_fetched_again(hub):
     """A cache copied with its symlinks followed holds files, not links to blobs named by
     their hash: the snapshot's vocab.txt, cut short there, was copied into the entry."""
@@ -1219,6 +1273,7 @@ def test_a_small_file_cut_short_in_a_snapshot_without_symlinks_is_fetched_again(
         assert (copy / "vocab.txt").read_bytes() == whole
 
 
+@pytest.mark.slow
 def test_full_offline_with_a_damaged_cut_cached_says_the_whole_file_is_missing(hub):
     assert hub.run("fetch", "test/tiny").returncode == 0
     truncate(entries(hub, "test/tiny")[0] / "model.safetensors")
@@ -1226,6 +1281,7 @@ def test_full_offline_with_a_damaged_cut_cached_says_the_whole_file_is_missing(h
     assert "the whole weights file of test/tiny (only its embedding" in one_line(full)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repo", ["test/tiny", "test/sharded"])
 def test_fetch_after_a_whole_download_downloads_no_tensor_again(hub, repo):
     """A fetch after `fetch --full` range-downloaded the embedding tensors the cached whole
@@ -1240,6 +1296,7 @@ def test_fetch_after_a_whole_download_downloads_no_tensor_again(hub, repo):
     assert hub.run("embed", "x", "--model", repo, HF_HUB_OFFLINE="1").returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("full", [[], ["--full"]])
 def test_fetch_of_a_sharded_repo_says_which_shards_its_share_counts(hub, full):
     """The share downloaded counted only the shards holding the embeddings, unsaid: 96.5% of
@@ -1251,6 +1308,7 @@ def test_fetch_of_a_sharded_repo_says_which_shards_its_share_counts(hub, full):
     assert "out of" in single.stdout and "shards" not in single.stdout
 
 
+@pytest.mark.slow
 def test_fetch_after_a_whole_download_that_was_damaged_cuts_an_entry_of_its_own(hub):
     assert hub.run("fetch", "test/tiny", "--full").returncode == 0
     whole = snapshot(hub, "test/tiny") / "model.safetensors"

@@ -72,6 +72,7 @@ def test_streamed_rows_equal_each_text_embedded_alone(tmp_path, capsys, minilm_d
         np.testing.assert_array_equal(rows, embedder(text).embeddings)
 
 
+@pytest.mark.slow
 def test_jsonl_pairs_from_stdin(tmp_path, capsys, minilm_dir, embedder):
     items = [
         {"text": "Who is Sinan?", "pair": "Sinan wrote a notebook."},
@@ -108,6 +109,7 @@ def _limit_memory(limit: int):
     return apply
 
 
+@pytest.mark.slow
 def test_corpus_larger_than_the_memory_limit_completes(tmp_path, minilm_dir):
     limit = 1 << 30  # address space, not just resident memory: a hard bound
     lines = corpus_lines(30_000, seed=1, longest=50)
@@ -131,6 +133,7 @@ def test_corpus_larger_than_the_memory_limit_completes(tmp_path, minilm_dir):
     assert shards >= output_bytes
 
 
+@pytest.mark.slow
 def test_a_worker_out_of_memory_stops_the_run_in_one_line(tmp_path, minilm_dir):
     lines = corpus_lines(50_000, seed=1, longest=50)  # one shard: 2 GB of float32 rows
     (tmp_path / "big.txt").write_text("\n".join(lines) + "\n")
@@ -141,6 +144,7 @@ def test_a_worker_out_of_memory_stops_the_run_in_one_line(tmp_path, minilm_dir):
     assert "a worker ran out of memory embedding shard-00000 (50,000 texts" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_saying_so(tmp_path, minilm_dir):
     (tmp_path / "c.txt").write_text("\n".join(corpus_lines(400, seed=1)) + "\n")
 
@@ -153,6 +157,7 @@ def test_a_full_disk_is_one_line_saying_so(tmp_path, minilm_dir):
     assert "written: a short write (the disk, or a quota, is full?)" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("command", "status"), [("embed", 1), ("compare", 2)])
 def test_out_of_memory_in_the_command_itself_is_one_line(tmp_path, minilm_dir, command, status):
     """compare's 1 says the candidate is outside tolerance: running out of memory is not."""
@@ -170,6 +175,7 @@ def committed(out: Path) -> int:
     return len(list(out.glob("shard-*.lengths.npy")))
 
 
+@pytest.mark.slow
 def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir):
     lines = corpus_lines(6000, seed=2)
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
@@ -224,6 +230,7 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
     assert not list(out.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gap", [0.0, 0.005, 0.05])
 def test_ctrl_c_twice_ends_the_run_at_once_with_its_workers(tmp_path, minilm_dir, gap):
     """A second Ctrl-C while the first waited for the chunks in flight hung the run at exit,
@@ -236,6 +243,7 @@ def test_ctrl_c_twice_ends_the_run_at_once_with_its_workers(tmp_path, minilm_dir
     _ended_cleanly(process, out, workers, 130, "npbert: interrupted\n")
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_run_and_cleans_up_as_ctrl_c_does(tmp_path, minilm_dir):
     """SIGTERM (kill, timeout, a batch scheduler) ended the run at once, leaving its lock
     and pending files in the output directory."""
@@ -276,6 +284,7 @@ def _running(tmp_path, minilm_dir) -> tuple[subprocess.Popen, Path]:
     return process, out
 
 
+@pytest.mark.slow
 def test_a_run_on_a_directory_another_run_is_writing_is_refused(tmp_path, minilm_dir):
     """Two runs on one --out (or a --resume while the first runs) each removed the other's
     pending shard files, and both stopped with "No such file or directory"."""
@@ -303,6 +312,7 @@ def test_a_run_on_a_directory_another_run_is_writing_is_refused(tmp_path, minilm
     assert cli(*args, "--resume", timeout=120).returncode == 0  # free again
 
 
+@pytest.mark.slow
 def test_the_lock_is_left_in_no_directory_that_is_not_a_corpus(tmp_path, minilm_dir):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
@@ -330,6 +340,7 @@ def _assert_gone(pids: list[int]) -> None:
     assert not alive, f"worker processes {alive} outlived the killed main process"
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_run_with_other_settings(tmp_path, minilm_dir):
     (tmp_path / "in.txt").write_text("a b c\nd e f\n")
     base = ["embed", "--input", tmp_path / "in.txt", "--out", tmp_path / "o", "--model", minilm_dir]
@@ -338,6 +349,7 @@ def test_resume_refuses_a_run_with_other_settings(tmp_path, minilm_dir):
     assert other.returncode == 2 and "other settings (shard_bytes)" in other.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "content", "extra", "message"),
     [
@@ -360,6 +372,7 @@ def test_bad_corpus_input_exits_2_naming_the_line(
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_long_lines_are_cut_with_truncate(tmp_path, minilm_dir):
     (tmp_path / "c.txt").write_text("word " * 600 + "\n")
     result = cli(
@@ -407,6 +420,40 @@ def _same_as_fresh(tmp_path, source, out, minilm_dir):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.fixture(scope="module")
+def _finished_runs(tmp_path_factory):
+    made = {}
+
+    def make(text: str, model, *extra) -> Path:
+        key = (text, str(model), extra)
+        if key not in made:
+            directory = tmp_path_factory.mktemp("finished")
+            (directory / "in.txt").write_text(text)
+            result = _run(directory / "in.txt", directory / "out", model, *extra)
+            assert result.returncode == 0, result.stderr
+            made[key] = directory
+        return made[key]
+
+    return make
+
+
+@pytest.fixture
+def finished(tmp_path, _finished_runs):
+    """finished(text, model, *options): (tmp_path / "in.txt", tmp_path / "out"), a completed
+    run of `text` with those options. The run is made once per module and copied here: the
+    tests that damage its output (one each) asserted the same of a run of their own, at a
+    process's start each."""
+
+    def copy(text: str, model, *extra) -> tuple[Path, Path]:
+        made = _finished_runs(text, model, *extra)
+        shutil.copy2(made / "in.txt", tmp_path / "in.txt")
+        shutil.copytree(made / "out", tmp_path / "out", symlinks=True)
+        return tmp_path / "in.txt", tmp_path / "out"
+
+    return copy
+
+
+@pytest.mark.slow
 def test_resume_after_the_input_grew_embeds_the_new_lines(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("\n".join(corpus_lines(40, seed=3)) + "\n")
@@ -419,6 +466,7 @@ def test_resume_after_the_input_grew_embeds_the_new_lines(tmp_path, minilm_dir):
     _same_as_fresh(tmp_path, source, out, minilm_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("end", ["\n", "\r\n"])
 def test_resume_after_the_last_line_got_its_end_goes_on(tmp_path, minilm_dir, end):
     """A last line without its end, given it (and lines after it) since, was refused as a
@@ -434,6 +482,7 @@ def test_resume_after_the_last_line_got_its_end_goes_on(tmp_path, minilm_dir, en
     _same_as_fresh(tmp_path, source, out, minilm_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -456,6 +505,7 @@ def test_resume_refuses_input_that_changed(tmp_path, minilm_dir, change, message
     assert json.loads((out / "index.json").read_text()) == index  # nothing touched
 
 
+@pytest.mark.slow
 def test_resume_after_an_edit_between_kill_and_resume_is_refused(tmp_path, minilm_dir):
     """The shards hold the first texts; the file is edited there before --resume."""
     source, out = tmp_path / "in.txt", tmp_path / "out"
@@ -488,6 +538,7 @@ def test_resume_after_an_edit_between_kill_and_resume_is_refused(tmp_path, minil
     assert resumed.returncode == 2 and "the input has changed" in resumed.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("before", "after"),
     [
@@ -575,6 +626,7 @@ def test_a_token_past_the_word_table_names_its_line_and_the_tokenizer(tmp_path, 
     assert "gives the token 'hello' the id 99999, past the model's word table" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "rewrite"),
     [
@@ -594,6 +646,7 @@ def test_resume_refuses_a_checkpoint_changed_in_place(tmp_path, minilm_dir, name
     assert resumed.returncode == 2 and "other settings (checkpoint)" in resumed.stderr
 
 
+@pytest.mark.slow
 def test_resume_takes_the_same_checkpoint_and_input_under_other_paths(tmp_path, minilm_dir):
     (tmp_path / "in.txt").write_text("One text\n")
     _linked_checkpoint(minilm_dir, tmp_path / "m")
@@ -609,6 +662,7 @@ def test_resume_takes_the_same_checkpoint_and_input_under_other_paths(tmp_path, 
     assert "embedded 2 texts" in resumed.stdout
 
 
+@pytest.mark.slow
 def test_resume_takes_the_format_given_or_read_from_the_extension_alike(tmp_path, minilm_dir):
     source = tmp_path / "in.txt"
     source.write_text('{"text": "One text"}\n')
@@ -629,6 +683,7 @@ def test_resume_takes_the_format_given_or_read_from_the_extension_alike(tmp_path
     )
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_run_of_another_corpus_format_by_name(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("one\ntwo\n")
@@ -646,11 +701,10 @@ def test_resume_refuses_a_run_of_another_corpus_format_by_name(tmp_path, minilm_
 # --- index.json damaged (item 16), bad text (item 15) -----------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", ["", '{"format": "npbert', "[]", '{"shards": 3}', "null"])
-def test_resume_with_a_damaged_index_is_one_line(tmp_path, minilm_dir, content):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("a b c\n")
-    assert _run(source, out, minilm_dir).returncode == 0
+def test_resume_with_a_damaged_index_is_one_line(finished, minilm_dir, content):
+    source, out = finished("a b c\n", minilm_dir)
     (out / "index.json").write_text(content)
     resumed = _run(source, out, minilm_dir, "--resume")
     assert resumed.returncode == 2 and "index.json" in resumed.stderr, resumed.stderr
@@ -689,6 +743,7 @@ def _edit_shard_start(index):
     index["shards"][0]["first"] = 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -702,10 +757,8 @@ def _edit_shard_start(index):
         (_edit_shard_start, "counts disagree"),
     ],
 )
-def test_resume_refuses_an_index_whose_counts_are_damaged(tmp_path, edit, message):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("one\ntwo\n")
-    assert _run(source, out, TINY).returncode == 0
+def test_resume_refuses_an_index_whose_counts_are_damaged(finished, edit, message):
+    source, out = finished("one\ntwo\n", TINY)
     shard = (out / "shard-00000.npy").read_bytes()
     index = json.loads((out / "index.json").read_text())
     edit(index)
@@ -744,10 +797,10 @@ def _edit_texts_of_a_stopped_run(index):  # formatted in the "has not completed"
         (_edit_texts, "not a whole number"),
     ],
 )
-def test_read_corpus_refuses_an_index_whose_counts_are_damaged(tmp_path, edit, message):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("".join(f"text number {i}\n" for i in range(40)))
-    assert _run(source, out, TINY, "--shard-bytes", "500").returncode == 0
+def test_read_corpus_refuses_an_index_whose_counts_are_damaged(finished, edit, message):
+    _, out = finished(
+        "".join(f"text number {i}\n" for i in range(40)), TINY, "--shard-bytes", "500"
+    )
     index = json.loads((out / "index.json").read_text())
     assert len(index["shards"]) >= 2 and len(list(read_corpus(out))) == 40
     edit(index)
@@ -800,10 +853,9 @@ def _same_as_fresh_in_process(tmp_path, source, out):
         np.testing.assert_array_equal(a, b)
 
 
-def test_resume_refuses_a_directory_that_lost_a_shard_file(tmp_path):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("one\ntwo\n")
-    assert _run(source, out, TINY).returncode == 0
+@pytest.mark.slow
+def test_resume_refuses_a_directory_that_lost_a_shard_file(finished):
+    source, out = finished("one\ntwo\n", TINY)
     (out / "shard-00000.lengths.npy").unlink()
     source.write_text("one\ntwo\nthree\n")
     resumed = _run(source, out, TINY, "--resume")
@@ -825,10 +877,8 @@ def test_resume_refuses_a_directory_that_lost_a_shard_file(tmp_path):
         ("not an array", None, "not a readable .npy array"),
     ],
 )
-def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(tmp_path, lengths, rows, message):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("a b\nc\nd\n")
-    assert _run(source, out, TINY).returncode == 0
+def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(finished, lengths, rows, message):
+    _, out = finished("a b\nc\nd\n", TINY)
     assert [len(rows) for rows in read_corpus(out)] == [4, 3, 3]  # [CLS] a b [SEP], ...
     shard = out / "shard-00000"
     if isinstance(lengths, str):
@@ -842,6 +892,7 @@ def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(tmp_path, lengths,
     assert message in str(caught.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
@@ -854,11 +905,9 @@ def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(tmp_path, lengths,
     ids=["another model's", "another dtype", "lengths agree, index does not", "garbage", "pickle"],
 )
 def test_a_shard_that_is_not_this_runs_is_refused_by_read_corpus_and_resume(
-    tmp_path, rows, message
+    finished, rows, message
 ):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("a b\nc\nd\n")
-    assert _run(source, out, TINY).returncode == 0
+    source, out = finished("a b\nc\nd\n", TINY)
     if isinstance(rows, bytes):
         (out / "shard-00000.npy").write_bytes(rows)
     else:
@@ -873,6 +922,7 @@ def test_a_shard_that_is_not_this_runs_is_refused_by_read_corpus_and_resume(
     assert message in resumed.stderr and resumed.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
@@ -916,6 +966,7 @@ def _pairs_corpus(count: int, seed: int) -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 def test_two_workers_write_what_one_writes_bit_for_bit(tmp_path, embedder):
     from npbert.stream import embed_corpus
 
@@ -931,6 +982,7 @@ def test_two_workers_write_what_one_writes_bit_for_bit(tmp_path, embedder):
         np.testing.assert_array_equal(a, embedder(item["text"], item.get("pair")).embeddings)
 
 
+@pytest.mark.slow
 def test_a_run_of_many_shards_neither_rewrites_the_index_nor_lists_the_directory_per_shard(
     tmp_path, embedder, monkeypatch
 ):
@@ -959,6 +1011,7 @@ def test_a_run_of_many_shards_neither_rewrites_the_index_nor_lists_the_directory
     assert index["texts"] == 300 == sum(1 for _ in read_corpus(tmp_path / "o"))
 
 
+@pytest.mark.slow
 def test_float16_halves_the_output(tmp_path, embedder):
     from npbert.stream import embed_corpus
 
@@ -973,6 +1026,7 @@ def test_float16_halves_the_output(tmp_path, embedder):
         np.testing.assert_array_equal(b, a.astype(np.float16))
 
 
+@pytest.mark.slow
 def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
     import pyarrow as pa  # the test extra brings it, with ray[data]
     import pyarrow.parquet as pq
@@ -992,6 +1046,7 @@ def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_a_parquet_chunk_converts_only_its_own_rows(tmp_path, monkeypatch):
     """A file of one row group (pyarrow's and pandas' default holds up to 1Mi rows): each
     chunk made Python strings of the whole group, a run quadratic in the rows."""
@@ -1012,6 +1067,7 @@ def test_a_parquet_chunk_converts_only_its_own_rows(tmp_path, monkeypatch):
     assert len(pieces) > 10 and records == texts and sum(converted) == len(texts)
 
 
+@pytest.mark.slow
 def test_parquet_of_categorical_strings_equals_plain_strings(tmp_path, embedder):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1030,6 +1086,7 @@ def test_parquet_of_categorical_strings_equals_plain_strings(tmp_path, embedder)
     assert len(ours) == 3 and all(map(np.array_equal, ours, theirs))
 
 
+@pytest.mark.slow
 def test_parquet_with_two_text_columns_is_refused_by_name(tmp_path, minilm_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1041,6 +1098,7 @@ def test_parquet_with_two_text_columns_is_refused_by_name(tmp_path, minilm_dir):
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_parquet_without_a_text_column(tmp_path, minilm_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1052,6 +1110,7 @@ def test_parquet_without_a_text_column(tmp_path, minilm_dir):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("column", "values", "kind"),
     [
@@ -1073,6 +1132,7 @@ def test_parquet_column_of_no_strings_is_refused_at_start(tmp_path, column, valu
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_every_family_streams_what_it_embeds_alone(tmp_path):
     from npbert.stream import embed_corpus
 
@@ -1102,12 +1162,14 @@ def test_status_lines_without_a_terminal(capsys):
     assert "%" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_quiet_prints_nothing_on_stderr(tmp_path, minilm_dir):
     (tmp_path / "c.txt").write_text("one\ntwo\n")
     result = _run(tmp_path / "c.txt", tmp_path / "o", minilm_dir, "--quiet")
     assert result.returncode == 0 and result.stderr == ""
 
 
+@pytest.mark.slow
 def test_the_local_job_never_imports_ray(tmp_path, minilm_dir):
     (tmp_path / "c.txt").write_text("one\ntwo\n")
     code = (
@@ -1128,6 +1190,7 @@ def test_the_local_job_never_imports_ray(tmp_path, minilm_dir):
 USERS = {".notes.tmp": "mine", ".shard-plan.txt": "mine too", "report.txt": "and this"}
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_directory_that_is_not_a_corpus_and_leaves_it_alone(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("a b c\n")
@@ -1140,6 +1203,7 @@ def test_resume_refuses_a_directory_that_is_not_a_corpus_and_leaves_it_alone(tmp
     assert {p.name: p.read_text() for p in out.iterdir()} == USERS
 
 
+@pytest.mark.slow
 def test_resume_in_a_directory_of_one_other_file_names_it_alone(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("a b c\n")
@@ -1149,6 +1213,7 @@ def test_resume_in_a_directory_of_one_other_file_names_it_alone(tmp_path, minilm
     assert resumed.returncode == 2 and "holds other files (report.txt): " in resumed.stderr
 
 
+@pytest.mark.slow
 def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("\n".join(corpus_lines(40, seed=3)) + "\n")
@@ -1165,6 +1230,7 @@ def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
     assert all((out / name).read_text() == text for name, text in USERS.items())
 
 
+@pytest.mark.slow
 def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir, monkeypatch):
     """It makes Wc up front, for its workers to share, only where "auto" would make it."""
     from npbert.layer import fast
@@ -1188,6 +1254,7 @@ def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir,
 # --- what the input is taken for ------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("files", "extra", "message"),
     [
@@ -1219,6 +1286,7 @@ def test_extensions_are_matched_in_any_case(tmp_path, embedder):
         np.testing.assert_array_equal(rows, embedder(text).embeddings)
 
 
+@pytest.mark.slow
 def test_a_directory_input_names_what_it_does_not_read(tmp_path):
     (tmp_path / "dir" / "2024").mkdir(parents=True)
     (tmp_path / "dir" / "2024" / "b.txt").write_text("not read\n")
@@ -1235,6 +1303,7 @@ def test_a_directory_input_names_what_it_does_not_read(tmp_path):
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
+@pytest.mark.slow
 def test_a_subdirectory_named_as_a_file_of_texts_is_left_out_as_the_others(tmp_path):
     """A subdirectory named x.txt stopped the run ("is a directory: give a file"): one made
     by --out corpus/emb.txt, for one, made every --resume fail."""
@@ -1245,6 +1314,7 @@ def test_a_subdirectory_named_as_a_file_of_texts_is_left_out_as_the_others(tmp_p
     assert "embedded 1 text," in result.stdout and "not emb.txt/\n" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_link_to_nothing_in_a_directory_input_is_refused_before_any_output(tmp_path):
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir" / "a.txt").write_text("one\n")
@@ -1255,6 +1325,7 @@ def test_a_link_to_nothing_in_a_directory_input_is_refused_before_any_output(tmp
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["c.txt", "c.jsonl"])
 def test_a_byte_order_mark_is_not_text(tmp_path, embedder, name):
     from npbert.stream import embed_corpus
@@ -1266,6 +1337,7 @@ def test_a_byte_order_mark_is_not_text(tmp_path, embedder, name):
     np.testing.assert_array_equal(first, second)
 
 
+@pytest.mark.slow
 def test_a_fifo_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "c.txt")
     argv = ("embed", "--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--model", TINY)
@@ -1274,6 +1346,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
     assert "for standard input, give --input -" in result.stderr  # <(cmd), /dev/stdin
 
 
+@pytest.mark.slow
 def test_a_parquet_row_of_null_text_is_named_counting_from_0(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1296,6 +1369,7 @@ def test_pseudo_files_carry_their_bytes(path):
     assert first.data is not None and len(first.data) == first.stop - first.start
 
 
+@pytest.mark.slow
 def test_a_damaged_parquet_file_is_one_line_naming_it(tmp_path):
     """Bytes of a data page that do not decode were a traceback (pyarrow's ArrowInvalid)."""
     import pyarrow as pa
@@ -1332,6 +1406,7 @@ def test_a_huge_shard_size_reads_in_blocks(tmp_path, embedder):
     assert index["texts"] == 2 and len(index["shards"]) == 1
 
 
+@pytest.mark.slow
 def test_parquet_text_that_is_not_utf8_names_the_row(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1362,6 +1437,7 @@ def test_the_local_job_checks_its_settings_as_ray_does(tmp_path, embedder, optio
         embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", **options)
 
 
+@pytest.mark.slow
 def test_a_numpy_bool_truncation_runs_the_job(tmp_path, embedder):
     from npbert.stream import embed_corpus
 
@@ -1403,6 +1479,7 @@ def test_other_flags_must_be_true_or_false_too(tmp_path, embedder, call, keyword
         calls[call](**{keyword: "no"})
 
 
+@pytest.mark.slow
 def test_an_empty_output_directory_is_refused_not_taken_as_the_current_one(
     tmp_path, embedder, monkeypatch
 ):
@@ -1464,6 +1541,7 @@ def test_an_output_directory_that_is_a_dangling_symlink_is_named_so(tmp_path, em
     assert (tmp_path / "nowhere" / "index.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
 def test_a_file_of_only_a_byte_order_mark_holds_no_text_when_resumed_too(tmp_path, suffix):
     """An empty file saved by a Windows editor is 3 bytes, the BOM: it was one empty text."""
@@ -1489,6 +1567,7 @@ def test_a_file_of_only_a_byte_order_mark_holds_no_text_when_resumed_too(tmp_pat
     _same_as_fresh(tmp_path, source, out, TINY)
 
 
+@pytest.mark.slow
 def test_a_damaged_parquet_file_is_one_line(tmp_path, minilm_dir):
     """pyarrow's message for a damaged file ends in a newline: the error ran over two."""
     import pyarrow as pa
@@ -1518,6 +1597,7 @@ def test_a_file_still_being_written_is_read_as_it_was_not_split_mid_line(tmp_pat
     assert texts == ["first line", "hel"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("number", "code", "line"), [("SIGINT", 130, "interrupted"),
                                                       ("SIGTERM", 143, "terminated")])  # fmt: skip
 def test_a_stop_while_the_workers_are_forked_stops_the_run(tmp_path, number, code, line):
