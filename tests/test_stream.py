@@ -492,11 +492,9 @@ def test_resume_after_the_last_line_got_its_end_goes_on(tmp_path, minilm_dir, en
     ],
     ids=["edited", "shortened", "last line extended"],
 )
-def test_resume_refuses_input_that_changed(tmp_path, minilm_dir, change, message):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
+def test_resume_refuses_input_that_changed(finished, minilm_dir, change, message):
     text = "\n".join(["the first text", *corpus_lines(39, seed=5)])  # no newline at the end
-    source.write_text(text)
-    assert _run(source, out, minilm_dir, "--shard-bytes", "300").returncode == 0
+    source, out = finished(text, minilm_dir, "--shard-bytes", "300")
     index = json.loads((out / "index.json").read_text())
     source.write_text(change(text))
     resumed = _run(source, out, minilm_dir, "--shard-bytes", "300", "--resume")
