@@ -173,6 +173,28 @@ def hub(server, tmp_path):
     fake.release.set()  # ends any fault still holding a connection
 
 
+@pytest.fixture(scope="module")
+def tiny_cache(server, tmp_path_factory) -> Path:
+    """An HF_HOME holding test/tiny as `npbert fetch test/tiny` leaves it, made once per module
+    for the tests that damage it (copy it to hub.home)."""
+    fake, endpoint = server
+    fake.faults.clear()  # any a test before left unspent
+    fake.ignore_range = False
+    home = tmp_path_factory.mktemp("tiny-cache") / "hf"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TQDM_"))}
+    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "npbert.cli", "fetch", "test/tiny"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_LIMIT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return home
+
+
 def snapshot(hub, repo_id: str) -> Path:
     """The repo's snapshot directory in the Hub cache, for the commit the server serves."""
     repo = "models--" + repo_id.replace("/", "--")
@@ -811,8 +833,8 @@ DAMAGE = {  # someone else's doing, and what the error says of it
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", DAMAGE)
-def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub, case):
-    assert hub.run("fetch", "test/tiny").returncode == 0
+def test_a_damaged_cache_entry_is_reported_on_load_and_repaired_by_fetch(hub, tiny_cache, case):
+    shutil.copytree(tiny_cache, hub.home, symlinks=True)  # as `npbert fetch test/tiny` leaves it
     spoil, problem = DAMAGE[case]
     spoil(entries(hub, "test/tiny")[0])
     for argv in (["embed", "x", "--model", "test/tiny"], ["inspect", "test/tiny"]):
