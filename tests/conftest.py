@@ -1,6 +1,18 @@
-"""Shared fixtures: the checkpoints, the goldens, and a record of measured differences."""
+"""Shared fixtures: the checkpoints, the goldens, and a record of measured differences.
+
+Measured differences (the `record` fixture) are printed in a "measured differences" section
+at the end of the run only when asked: `pytest --measured`, or any `-v`.
+
+Temporary files: a passing test's tmp_path is removed at its end (tmp_path_retention_policy
+"failed"). A failed test's is kept for debugging, but without its large files: at the test's
+end, every file over KEEP_FILE_BYTES is removed, then the largest others until the directory
+holds at most KEEP_TEST_BYTES; PRUNED.txt in it lists what was removed, with sizes. At the end
+of the session the whole base temporary directory (the session's and modules' fixtures too,
+kept when any test fails) is pruned the same way, to at most KEEP_RUN_BYTES.
+"""
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -19,6 +31,76 @@ GOLDEN = TESTS / "golden"
 TINY = DATA / "tiny-bert"
 
 _figures: list[str] = []
+
+KEEP_FILE_BYTES = 1 << 20  # a failed test keeps files up to 1 MiB in its tmp_path
+KEEP_TEST_BYTES = 2 << 20  # and 2 MiB of them in all
+KEEP_RUN_BYTES = 8 << 20  # the run's temporary directory at its end, failing or not
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--measured",
+        action="store_true",
+        default=False,
+        help="print the measured differences (the `record` fixture) at the end; -v does too",
+    )
+
+
+def prune(directory: Path, budget: int) -> None:
+    """Remove from `directory` every regular file over KEEP_FILE_BYTES, then the largest
+    others until it holds at most `budget` bytes; say what went in its PRUNED.txt files."""
+    files = []
+    for root, _, names in os.walk(directory):  # symbolic links are not followed
+        for name in names:
+            path = Path(root, name)
+            try:
+                stat = path.lstat()
+            except OSError:
+                continue
+            if path.is_file() and not path.is_symlink() and name != "PRUNED.txt":
+                files.append((stat.st_size, path))
+    files.sort()
+    total, removed = sum(size for size, _ in files), []
+    while files and (files[-1][0] > KEEP_FILE_BYTES or total > budget):
+        size, path = files.pop()
+        try:
+            os.chmod(path.parent, 0o700)  # a test may have left it read-only
+            path.unlink()
+        except OSError:
+            continue
+        total -= size
+        removed.append((size, path))
+    for size, path in removed:
+        try:
+            with open(path.parent / "PRUNED.txt", "a") as note:
+                note.write(f"{path.name}\t{size} bytes: removed by tests/conftest.py's prune\n")
+        except OSError:
+            pass
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "setup" and "tmp_path" in getattr(item, "funcargs", {}):
+        item.stash[_tmp_path_key] = item.funcargs["tmp_path"]
+    if call.when == "teardown":  # tmp_path is still there if the test failed
+        path = item.stash.get(_tmp_path_key, None)
+        if path is not None and path.is_dir():
+            prune(path, KEEP_TEST_BYTES)
+    return report
+
+
+_tmp_path_key = pytest.StashKey[Path]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _bounded_temporary_directory(tmp_path_factory):
+    """At the session's end, what is left in the base temporary directory (all of it when a
+    test failed: session and module fixtures write hundreds of MB) is pruned."""
+    base = tmp_path_factory.getbasetemp()
+    yield
+    if base.is_dir():
+        prune(base, KEEP_RUN_BYTES)
 
 
 @pytest.fixture(scope="session")
@@ -108,8 +190,8 @@ def record():
     return _figures.append
 
 
-def pytest_terminal_summary(terminalreporter):
-    if _figures:
+def pytest_terminal_summary(terminalreporter, config):
+    if _figures and (config.getoption("measured") or config.getoption("verbose") > 0):
         terminalreporter.section("measured differences")
         for line in _figures:
             terminalreporter.write_line(line)

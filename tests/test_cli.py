@@ -434,6 +434,7 @@ def test_a_bad_input_file_is_named_with_its_array(tmp_path, capsys, option, arra
     assert code == 2 and f"{option} {tmp_path / option.strip('-')}.npy: {message}" in err, err
 
 
+@pytest.mark.slow
 def test_console_script_runs_as_a_process(minilm_dir):
     result = subprocess.run(
         [sys.executable, "-m", "npbert.cli", "explain", "I am Sinan", "--model", str(minilm_dir)],
@@ -588,6 +589,7 @@ def test_summary_counts_a_literal_pad_in_the_text_as_a_token(capsys, minilm_dir)
     assert f"last  {format_row(expected.embeddings[-1])}" in first_text  # [SEP], not padding
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -658,6 +660,7 @@ def test_bad_numbers_are_usage_errors(capsys, argv, message):
     assert exit_info.value.code == 2 and message in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_ends_quietly_as_sigpipe(tmp_path):
     import os
     import signal
@@ -683,6 +686,7 @@ def test_a_closed_stdout_ends_quietly_as_sigpipe(tmp_path):
     assert shell.stdout == f"model: {TINY}\nstatus 141\n" and shell.stderr == ""
 
 
+@pytest.mark.slow
 def test_version_and_python_dash_m():
     version = f"npbert {npbert.__version__}\n".encode()
     assert npbert_process("--version").stdout == version
@@ -792,6 +796,7 @@ def test_ids_file_with_an_attention_mask_file(tmp_path, capsys):
     assert code == 2 and "--attention-mask-file goes with --ids-file" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "closed", "message"),
     [
@@ -811,6 +816,7 @@ def test_a_closed_standard_stream_is_one_line(tmp_path, argv, closed, message):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
 @pytest.mark.parametrize(
     "argv",
@@ -868,6 +874,7 @@ def tiny_words(tmp_path, value, columns=slice(None), tensor="word_embeddings.wei
 LAYER_WARNING = "NaN, Inf or a float32 overflow in the layer: the checkpoint's tensors hold"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("value", "columns", "corpus_warning"),
     [
@@ -895,6 +902,7 @@ def test_weights_float32_cannot_compute_are_one_warning_line(tmp_path, value, co
     assert np.isnan(np.load(tmp_path / "x.npy")).all() == (not np.isfinite(value))  # written
 
 
+@pytest.mark.slow
 def test_float16_shards_warn_of_outputs_past_float16s_range(tmp_path):
     """Values past 65504 were written as Inf with exit 0 and no word (gamma 1e5 here: rows of
     32 reach 5.7e5); float32 shards of the same are finite and need no warning."""
@@ -911,6 +919,7 @@ def test_float16_shards_warn_of_outputs_past_float16s_range(tmp_path):
         assert np.isinf(next(read_corpus(out))).any() == warned
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", [slice(None), 37], ids=["every row", "a row no case uses"])
 def test_vectors_of_a_checkpoint_holding_inf_is_one_line(tmp_path, row):
     """Refused once a case looked the row up (NumPy's warning first), and not at all where
@@ -930,6 +939,7 @@ def test_vectors_of_a_checkpoint_holding_inf_is_one_line(tmp_path, row):
     assert not (tmp_path / "v").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("value", "columns"), [(1e37, slice(None)), (1e20, 0)])
 def test_vectors_of_weights_float32_cannot_compute_warn_though_no_nan_results(
     tmp_path, value, columns
@@ -946,6 +956,7 @@ def test_vectors_of_weights_float32_cannot_compute_warn_though_no_nan_results(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "value", "columns"),
     [

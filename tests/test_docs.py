@@ -36,7 +36,14 @@ from fake_hub import FakeHub, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))]
-SLOW = {"docs/ray.md"}  # Ray starts in 10 to 20 s on two cores, twice: about a minute
+SLOW = {  # pages over a few seconds: Ray starts in 10 to 20 s on two cores, twice
+    "docs/ray.md",
+    "docs/cli.md",
+    "docs/corpora.md",
+    "docs/hub.md",
+    "docs/positions.md",
+    "docs/verifying.md",
+}
 HUB_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 COMMAND_LIMIT = 120  # seconds any one command or block may take
 INSTALL = re.compile(r"(python3? -m venv|pip install)\b")

@@ -312,6 +312,7 @@ def test_vectors_of_a_bert_of_one_token_type_leave_the_pair_out(capsys, tmp_path
     assert "pair" not in cases and {"seed0", "padded_batch", "every_token_type"} <= set(cases)
 
 
+@pytest.mark.slow
 def test_vectors_of_a_model_allowing_millions_of_tokens_stop_at_8192(capsys, tmp_path):
     shutil.copytree(DATA / "tiny-modernbert", tmp_path / "m")
     config = json.loads((tmp_path / "m" / "config.json").read_text())

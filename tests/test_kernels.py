@@ -45,6 +45,7 @@ def digests(result: subprocess.CompletedProcess) -> dict[str, str]:
     return {words[0]: words[1] for words in lines if len(words) == 2 and len(words[1]) == 64}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux" or not openblas(), reason="needs NumPy's OpenBLAS")
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_a_sequence_is_the_same_in_any_batch_under_every_blas_kernel(kernel):

@@ -49,6 +49,7 @@ def test_the_analysis_imports_nothing_but_numpy_at_module_level():
         assert imported <= {"numpy", "npbert.analysis.positions_report"}, module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(512, 384), (512, 768), (128, 32), (40, 17)])
 def test_the_sinusoidal_table_comes_out_sinusoidal(shape):
     table = transformer_sinusoids(*shape)
@@ -194,6 +195,7 @@ def test_report_prints_the_three_tables_and_the_verdict(capsys, minilm_dir):
     assert "verdict: not sinusoidal" in out and "Nearby positions are alike" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("length", "rows"), [("100", 2), ("512", 1)])
 def test_the_last_pretrained_position_is_a_row_of_its_own_unless_it_is_the_last(
     capsys, minilm_dir, length, rows
@@ -204,6 +206,7 @@ def test_the_last_pretrained_position_is_a_row_of_its_own_unless_it_is_the_last(
     assert len([line for line in out.splitlines() if "row norm, position " in line]) == rows + 1
 
 
+@pytest.mark.slow
 def test_plot_is_written_and_reads_back(tmp_path, capsys, minilm_dir):
     from matplotlib.image import imread
 
@@ -220,6 +223,7 @@ def test_plot_is_written_and_reads_back(tmp_path, capsys, minilm_dir):
     assert not list(tmp_path.glob(".*tmp"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix, magic", [(".svg", b"<?xml"), (".pdf", b"%PDF")])
 def test_plot_in_vector_formats(tmp_path, suffix, magic):
     from npbert.analysis.positions_plot import plot_positions

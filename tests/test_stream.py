@@ -73,6 +73,7 @@ def test_streamed_rows_equal_each_text_embedded_alone(tmp_path, capsys, minilm_d
         np.testing.assert_array_equal(rows, embedder(text).embeddings)
 
 
+@pytest.mark.slow
 def test_jsonl_pairs_from_stdin(tmp_path, capsys, minilm_dir, embedder):
     items = [
         {"text": "Who is Sinan?", "pair": "Sinan wrote a notebook."},
@@ -109,6 +110,7 @@ def _limit_memory(limit: int):
     return apply
 
 
+@pytest.mark.slow
 def test_corpus_larger_than_the_memory_limit_completes(tmp_path, minilm_dir):
     limit = 1 << 30  # address space, not just resident memory: a hard bound
     lines = corpus_lines(30_000, seed=1, longest=50)
@@ -132,6 +134,7 @@ def test_corpus_larger_than_the_memory_limit_completes(tmp_path, minilm_dir):
     assert shards >= output_bytes
 
 
+@pytest.mark.slow
 def test_a_worker_out_of_memory_stops_the_run_in_one_line(tmp_path, minilm_dir):
     lines = corpus_lines(50_000, seed=1, longest=50)  # one shard: 2 GB of float32 rows
     (tmp_path / "big.txt").write_text("\n".join(lines) + "\n")
@@ -142,6 +145,7 @@ def test_a_worker_out_of_memory_stops_the_run_in_one_line(tmp_path, minilm_dir):
     assert "a worker ran out of memory embedding shard-00000 (50,000 texts" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_saying_so(tmp_path, minilm_dir):
     (tmp_path / "c.txt").write_text("\n".join(corpus_lines(400, seed=1)) + "\n")
 
@@ -154,6 +158,7 @@ def test_a_full_disk_is_one_line_saying_so(tmp_path, minilm_dir):
     assert "written: a short write (the disk, or a quota, is full?)" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("command", "status"), [("embed", 1), ("compare", 2)])
 def test_out_of_memory_in_the_command_itself_is_one_line(tmp_path, minilm_dir, command, status):
     """compare's 1 says the candidate is outside tolerance: running out of memory is not."""
@@ -171,6 +176,7 @@ def committed(out: Path) -> int:
     return len(list(out.glob("shard-*.lengths.npy")))
 
 
+@pytest.mark.slow
 def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir):
     lines = corpus_lines(6000, seed=2)
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
@@ -225,6 +231,7 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
     assert not list(out.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gap", [0.0, 0.005, 0.05])
 def test_ctrl_c_twice_ends_the_run_at_once_with_its_workers(tmp_path, minilm_dir, gap):
     """A second Ctrl-C while the first waited for the chunks in flight hung the run at exit,
@@ -237,6 +244,7 @@ def test_ctrl_c_twice_ends_the_run_at_once_with_its_workers(tmp_path, minilm_dir
     _ended_cleanly(process, out, workers, 130, "npbert: interrupted\n")
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_run_and_cleans_up_as_ctrl_c_does(tmp_path, minilm_dir):
     """SIGTERM (kill, timeout, a batch scheduler) ended the run at once, leaving its lock
     and pending files in the output directory."""
@@ -277,6 +285,7 @@ def _running(tmp_path, minilm_dir) -> tuple[subprocess.Popen, Path]:
     return process, out
 
 
+@pytest.mark.slow
 def test_a_run_on_a_directory_another_run_is_writing_is_refused(tmp_path, minilm_dir):
     """Two runs on one --out (or a --resume while the first runs) each removed the other's
     pending shard files, and both stopped with "No such file or directory"."""
@@ -304,6 +313,7 @@ def test_a_run_on_a_directory_another_run_is_writing_is_refused(tmp_path, minilm
     assert cli(*args, "--resume", timeout=120).returncode == 0  # free again
 
 
+@pytest.mark.slow
 def test_the_lock_is_left_in_no_directory_that_is_not_a_corpus(tmp_path, minilm_dir):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
@@ -331,6 +341,7 @@ def _assert_gone(pids: list[int]) -> None:
     assert not alive, f"worker processes {alive} outlived the killed main process"
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_run_with_other_settings(tmp_path, minilm_dir):
     (tmp_path / "in.txt").write_text("a b c\nd e f\n")
     base = ["embed", "--input", tmp_path / "in.txt", "--out", tmp_path / "o", "--model", minilm_dir]
@@ -339,6 +350,7 @@ def test_resume_refuses_a_run_with_other_settings(tmp_path, minilm_dir):
     assert other.returncode == 2 and "other settings (shard_bytes)" in other.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "content", "extra", "message"),
     [
@@ -361,6 +373,7 @@ def test_bad_corpus_input_exits_2_naming_the_line(
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_long_lines_are_cut_with_truncate(tmp_path, minilm_dir):
     (tmp_path / "c.txt").write_text("word " * 600 + "\n")
     result = cli(
@@ -408,6 +421,40 @@ def _same_as_fresh(tmp_path, source, out, minilm_dir):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.fixture(scope="module")
+def _finished_runs(tmp_path_factory):
+    made = {}
+
+    def make(text: str, model, *extra) -> Path:
+        key = (text, str(model), extra)
+        if key not in made:
+            directory = tmp_path_factory.mktemp("finished")
+            (directory / "in.txt").write_text(text)
+            result = _run(directory / "in.txt", directory / "out", model, *extra)
+            assert result.returncode == 0, result.stderr
+            made[key] = directory
+        return made[key]
+
+    return make
+
+
+@pytest.fixture
+def finished(tmp_path, _finished_runs):
+    """finished(text, model, *options): (tmp_path / "in.txt", tmp_path / "out"), a completed
+    run of `text` with those options. The run is made once per module and copied here: the
+    tests that damage its output (one each) asserted the same of a run of their own, at a
+    process's start each."""
+
+    def copy(text: str, model, *extra) -> tuple[Path, Path]:
+        made = _finished_runs(text, model, *extra)
+        shutil.copy2(made / "in.txt", tmp_path / "in.txt")
+        shutil.copytree(made / "out", tmp_path / "out", symlinks=True)
+        return tmp_path / "in.txt", tmp_path / "out"
+
+    return copy
+
+
+@pytest.mark.slow
 def test_resume_after_the_input_grew_embeds_the_new_lines(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("\n".join(corpus_lines(40, seed=3)) + "\n")
@@ -420,6 +467,7 @@ def test_resume_after_the_input_grew_embeds_the_new_lines(tmp_path, minilm_dir):
     _same_as_fresh(tmp_path, source, out, minilm_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("end", ["\n", "\r\n"])
 def test_resume_after_the_last_line_got_its_end_goes_on(tmp_path, minilm_dir, end):
     """A last line without its end, given it (and lines after it) since, was refused as a
@@ -435,6 +483,7 @@ def test_resume_after_the_last_line_got_its_end_goes_on(tmp_path, minilm_dir, en
     _same_as_fresh(tmp_path, source, out, minilm_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -444,11 +493,9 @@ def test_resume_after_the_last_line_got_its_end_goes_on(tmp_path, minilm_dir, en
     ],
     ids=["edited", "shortened", "last line extended"],
 )
-def test_resume_refuses_input_that_changed(tmp_path, minilm_dir, change, message):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
+def test_resume_refuses_input_that_changed(finished, minilm_dir, change, message):
     text = "\n".join(["the first text", *corpus_lines(39, seed=5)])  # no newline at the end
-    source.write_text(text)
-    assert _run(source, out, minilm_dir, "--shard-bytes", "300").returncode == 0
+    source, out = finished(text, minilm_dir, "--shard-bytes", "300")
     index = json.loads((out / "index.json").read_text())
     source.write_text(change(text))
     resumed = _run(source, out, minilm_dir, "--shard-bytes", "300", "--resume")
@@ -457,6 +504,7 @@ def test_resume_refuses_input_that_changed(tmp_path, minilm_dir, change, message
     assert json.loads((out / "index.json").read_text()) == index  # nothing touched
 
 
+@pytest.mark.slow
 def test_resume_after_an_edit_between_kill_and_resume_is_refused(tmp_path, minilm_dir):
     """The shards hold the first texts; the file is edited there before --resume."""
     source, out = tmp_path / "in.txt", tmp_path / "out"
@@ -489,6 +537,7 @@ def test_resume_after_an_edit_between_kill_and_resume_is_refused(tmp_path, minil
     assert resumed.returncode == 2 and "the input has changed" in resumed.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("before", "after"),
     [
@@ -576,6 +625,7 @@ def test_a_token_past_the_word_table_names_its_line_and_the_tokenizer(tmp_path, 
     assert "gives the token 'hello' the id 99999, past the model's word table" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "rewrite"),
     [
@@ -595,6 +645,7 @@ def test_resume_refuses_a_checkpoint_changed_in_place(tmp_path, minilm_dir, name
     assert resumed.returncode == 2 and "other settings (checkpoint)" in resumed.stderr
 
 
+@pytest.mark.slow
 def test_resume_takes_the_same_checkpoint_and_input_under_other_paths(tmp_path, minilm_dir):
     (tmp_path / "in.txt").write_text("One text\n")
     _linked_checkpoint(minilm_dir, tmp_path / "m")
@@ -610,6 +661,7 @@ def test_resume_takes_the_same_checkpoint_and_input_under_other_paths(tmp_path, 
     assert "embedded 2 texts" in resumed.stdout
 
 
+@pytest.mark.slow
 def test_resume_takes_the_format_given_or_read_from_the_extension_alike(tmp_path, minilm_dir):
     source = tmp_path / "in.txt"
     source.write_text('{"text": "One text"}\n')
@@ -630,6 +682,7 @@ def test_resume_takes_the_format_given_or_read_from_the_extension_alike(tmp_path
     )
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_run_of_another_corpus_format_by_name(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("one\ntwo\n")
@@ -647,11 +700,10 @@ def test_resume_refuses_a_run_of_another_corpus_format_by_name(tmp_path, minilm_
 # --- index.json damaged (item 16), bad text (item 15) -----------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", ["", '{"format": "npbert', "[]", '{"shards": 3}', "null"])
-def test_resume_with_a_damaged_index_is_one_line(tmp_path, minilm_dir, content):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("a b c\n")
-    assert _run(source, out, minilm_dir).returncode == 0
+def test_resume_with_a_damaged_index_is_one_line(finished, minilm_dir, content):
+    source, out = finished("a b c\n", minilm_dir)
     (out / "index.json").write_text(content)
     resumed = _run(source, out, minilm_dir, "--resume")
     assert resumed.returncode == 2 and "index.json" in resumed.stderr, resumed.stderr
@@ -690,6 +742,7 @@ def _edit_shard_start(index):
     index["shards"][0]["first"] = 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -703,10 +756,8 @@ def _edit_shard_start(index):
         (_edit_shard_start, "counts disagree"),
     ],
 )
-def test_resume_refuses_an_index_whose_counts_are_damaged(tmp_path, edit, message):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("one\ntwo\n")
-    assert _run(source, out, TINY).returncode == 0
+def test_resume_refuses_an_index_whose_counts_are_damaged(finished, edit, message):
+    source, out = finished("one\ntwo\n", TINY)
     shard = (out / "shard-00000.npy").read_bytes()
     index = json.loads((out / "index.json").read_text())
     edit(index)
@@ -745,10 +796,10 @@ def _edit_texts_of_a_stopped_run(index):  # formatted in the "has not completed"
         (_edit_texts, "not a whole number"),
     ],
 )
-def test_read_corpus_refuses_an_index_whose_counts_are_damaged(tmp_path, edit, message):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("".join(f"text number {i}\n" for i in range(40)))
-    assert _run(source, out, TINY, "--shard-bytes", "500").returncode == 0
+def test_read_corpus_refuses_an_index_whose_counts_are_damaged(finished, edit, message):
+    _, out = finished(
+        "".join(f"text number {i}\n" for i in range(40)), TINY, "--shard-bytes", "500"
+    )
     index = json.loads((out / "index.json").read_text())
     assert len(index["shards"]) >= 2 and len(list(read_corpus(out))) == 40
     edit(index)
@@ -801,10 +852,9 @@ def _same_as_fresh_in_process(tmp_path, source, out):
         np.testing.assert_array_equal(a, b)
 
 
-def test_resume_refuses_a_directory_that_lost_a_shard_file(tmp_path):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("one\ntwo\n")
-    assert _run(source, out, TINY).returncode == 0
+@pytest.mark.slow
+def test_resume_refuses_a_directory_that_lost_a_shard_file(finished):
+    source, out = finished("one\ntwo\n", TINY)
     (out / "shard-00000.lengths.npy").unlink()
     source.write_text("one\ntwo\nthree\n")
     resumed = _run(source, out, TINY, "--resume")
@@ -826,10 +876,8 @@ def test_resume_refuses_a_directory_that_lost_a_shard_file(tmp_path):
         ("not an array", None, "not a readable .npy array"),
     ],
 )
-def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(tmp_path, lengths, rows, message):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("a b\nc\nd\n")
-    assert _run(source, out, TINY).returncode == 0
+def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(finished, lengths, rows, message):
+    _, out = finished("a b\nc\nd\n", TINY)
     assert [len(rows) for rows in read_corpus(out)] == [4, 3, 3]  # [CLS] a b [SEP], ...
     shard = out / "shard-00000"
     if isinstance(lengths, str):
@@ -843,6 +891,7 @@ def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(tmp_path, lengths,
     assert message in str(caught.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
@@ -855,11 +904,9 @@ def test_read_corpus_refuses_a_shard_whose_lengths_do_not_fit(tmp_path, lengths,
     ids=["another model's", "another dtype", "lengths agree, index does not", "garbage", "pickle"],
 )
 def test_a_shard_that_is_not_this_runs_is_refused_by_read_corpus_and_resume(
-    tmp_path, rows, message
+    finished, rows, message
 ):
-    source, out = tmp_path / "in.txt", tmp_path / "out"
-    source.write_text("a b\nc\nd\n")
-    assert _run(source, out, TINY).returncode == 0
+    source, out = finished("a b\nc\nd\n", TINY)
     if isinstance(rows, bytes):
         (out / "shard-00000.npy").write_bytes(rows)
     else:
@@ -874,6 +921,7 @@ def test_a_shard_that_is_not_this_runs_is_refused_by_read_corpus_and_resume(
     assert message in resumed.stderr and resumed.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
@@ -917,6 +965,7 @@ def _pairs_corpus(count: int, seed: int) -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 def test_two_workers_write_what_one_writes_bit_for_bit(tmp_path, embedder):
     from npbert.stream import embed_corpus
 
@@ -932,6 +981,7 @@ def test_two_workers_write_what_one_writes_bit_for_bit(tmp_path, embedder):
         np.testing.assert_array_equal(a, embedder(item["text"], item.get("pair")).embeddings)
 
 
+@pytest.mark.slow
 def test_a_run_of_many_shards_neither_rewrites_the_index_nor_lists_the_directory_per_shard(
     tmp_path, embedder, monkeypatch
 ):
@@ -963,6 +1013,7 @@ def test_a_run_of_many_shards_neither_rewrites_the_index_nor_lists_the_directory
     assert index["texts"] == 300 == sum(1 for _ in read_corpus(tmp_path / "o"))
 
 
+@pytest.mark.slow
 def test_float16_halves_the_output(tmp_path, embedder):
     from npbert.stream import embed_corpus
 
@@ -977,6 +1028,7 @@ def test_float16_halves_the_output(tmp_path, embedder):
         np.testing.assert_array_equal(b, a.astype(np.float16))
 
 
+@pytest.mark.slow
 def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
     import pyarrow as pa  # the test extra brings it, with ray[data]
     import pyarrow.parquet as pq
@@ -996,6 +1048,7 @@ def test_parquet_input_equals_jsonl_input(tmp_path, embedder):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_a_parquet_chunk_converts_only_its_own_rows(tmp_path, monkeypatch):
     """A file of one row group (pyarrow's and pandas' default holds up to 1Mi rows): each
     chunk made Python strings of the whole group, a run quadratic in the rows."""
@@ -1016,6 +1069,7 @@ def test_a_parquet_chunk_converts_only_its_own_rows(tmp_path, monkeypatch):
     assert len(pieces) > 10 and read == texts and sum(converted) == len(texts)
 
 
+@pytest.mark.slow
 def test_parquet_of_categorical_strings_equals_plain_strings(tmp_path, embedder):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1034,6 +1088,7 @@ def test_parquet_of_categorical_strings_equals_plain_strings(tmp_path, embedder)
     assert len(ours) == 3 and all(map(np.array_equal, ours, theirs))
 
 
+@pytest.mark.slow
 def test_parquet_with_two_text_columns_is_refused_by_name(tmp_path, minilm_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1045,6 +1100,7 @@ def test_parquet_with_two_text_columns_is_refused_by_name(tmp_path, minilm_dir):
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_parquet_without_a_text_column(tmp_path, minilm_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1056,6 +1112,7 @@ def test_parquet_without_a_text_column(tmp_path, minilm_dir):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("column", "values", "kind"),
     [
@@ -1077,6 +1134,7 @@ def test_parquet_column_of_no_strings_is_refused_at_start(tmp_path, column, valu
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_every_family_streams_what_it_embeds_alone(tmp_path):
     from npbert.stream import embed_corpus
 
@@ -1106,12 +1164,14 @@ def test_status_lines_without_a_terminal(capsys):
     assert "%" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_quiet_prints_nothing_on_stderr(tmp_path, minilm_dir):
     (tmp_path / "c.txt").write_text("one\ntwo\n")
     result = _run(tmp_path / "c.txt", tmp_path / "o", minilm_dir, "--quiet")
     assert result.returncode == 0 and result.stderr == ""
 
 
+@pytest.mark.slow
 def test_the_local_job_never_imports_ray(tmp_path, minilm_dir):
     (tmp_path / "c.txt").write_text("one\ntwo\n")
     code = (
@@ -1132,6 +1192,7 @@ def test_the_local_job_never_imports_ray(tmp_path, minilm_dir):
 USERS = {".notes.tmp": "mine", ".shard-plan.txt": "mine too", "report.txt": "and this"}
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_directory_that_is_not_a_corpus_and_leaves_it_alone(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("a b c\n")
@@ -1144,6 +1205,7 @@ def test_resume_refuses_a_directory_that_is_not_a_corpus_and_leaves_it_alone(tmp
     assert {p.name: p.read_text() for p in out.iterdir()} == USERS
 
 
+@pytest.mark.slow
 def test_resume_in_a_directory_of_one_other_file_names_it_alone(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("a b c\n")
@@ -1153,6 +1215,7 @@ def test_resume_in_a_directory_of_one_other_file_names_it_alone(tmp_path, minilm
     assert resumed.returncode == 2 and "holds other files (report.txt): " in resumed.stderr
 
 
+@pytest.mark.slow
 def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
     source, out = tmp_path / "in.txt", tmp_path / "out"
     source.write_text("\n".join(corpus_lines(40, seed=3)) + "\n")
@@ -1169,6 +1232,7 @@ def test_a_run_removes_only_npbert_s_own_leftovers(tmp_path, minilm_dir):
     assert all((out / name).read_text() == text for name, text in USERS.items())
 
 
+@pytest.mark.slow
 def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir, monkeypatch):
     """It makes Wc up front, for its workers to share, only where "auto" would make it."""
     from npbert.layer import tables
@@ -1192,6 +1256,7 @@ def test_the_corpus_job_keeps_to_the_centered_table_s_mode(tmp_path, minilm_dir,
 # --- what the input is taken for ------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("files", "extra", "message"),
     [
@@ -1225,6 +1290,7 @@ def test_extensions_are_matched_in_any_case(tmp_path, embedder):
         np.testing.assert_array_equal(rows, embedder(text).embeddings)
 
 
+@pytest.mark.slow
 def test_a_directory_input_names_what_it_does_not_read(tmp_path):
     (tmp_path / "dir" / "2024").mkdir(parents=True)
     (tmp_path / "dir" / "2024" / "b.txt").write_text("not read\n")
@@ -1241,6 +1307,7 @@ def test_a_directory_input_names_what_it_does_not_read(tmp_path):
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
+@pytest.mark.slow
 def test_a_subdirectory_named_as_a_file_of_texts_is_left_out_as_the_others(tmp_path):
     """A subdirectory named x.txt stopped the run ("is a directory: give a file"): one made
     by --out corpus/emb.txt, for one, made every --resume fail."""
@@ -1251,6 +1318,7 @@ def test_a_subdirectory_named_as_a_file_of_texts_is_left_out_as_the_others(tmp_p
     assert "embedded 1 text," in result.stdout and "not emb.txt/\n" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_link_to_nothing_in_a_directory_input_is_refused_before_any_output(tmp_path):
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir" / "a.txt").write_text("one\n")
@@ -1261,6 +1329,7 @@ def test_a_link_to_nothing_in_a_directory_input_is_refused_before_any_output(tmp
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["c.txt", "c.jsonl"])
 def test_a_byte_order_mark_is_not_text(tmp_path, embedder, name):
     from npbert.stream import embed_corpus
@@ -1272,6 +1341,7 @@ def test_a_byte_order_mark_is_not_text(tmp_path, embedder, name):
     np.testing.assert_array_equal(first, second)
 
 
+@pytest.mark.slow
 def test_a_fifo_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "c.txt")
     argv = ("embed", "--input", tmp_path / "c.txt", "--out", tmp_path / "o", "--model", TINY)
@@ -1280,6 +1350,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
     assert "for standard input, give --input -" in result.stderr  # <(cmd), /dev/stdin
 
 
+@pytest.mark.slow
 def test_a_parquet_row_of_null_text_is_named_counting_from_0(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1302,6 +1373,7 @@ def test_pseudo_files_carry_their_bytes(path):
     assert first.data is not None and len(first.data) == first.stop - first.start
 
 
+@pytest.mark.slow
 def test_a_damaged_parquet_file_is_one_line_naming_it(tmp_path):
     """Bytes of a data page that do not decode were a traceback (pyarrow's ArrowInvalid)."""
     import pyarrow as pa
@@ -1338,6 +1410,7 @@ def test_a_huge_shard_size_reads_in_blocks(tmp_path, embedder):
     assert index["texts"] == 2 and len(index["shards"]) == 1
 
 
+@pytest.mark.slow
 def test_parquet_text_that_is_not_utf8_names_the_row(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1368,6 +1441,7 @@ def test_the_local_job_checks_its_settings_as_ray_does(tmp_path, embedder, optio
         embed_corpus(embedder, tmp_path / "c.txt", tmp_path / "o", **options)
 
 
+@pytest.mark.slow
 def test_a_numpy_bool_truncation_runs_the_job(tmp_path, embedder):
     from npbert.stream import embed_corpus
 
@@ -1409,6 +1483,7 @@ def test_other_flags_must_be_true_or_false_too(tmp_path, embedder, call, keyword
         calls[call](**{keyword: "no"})
 
 
+@pytest.mark.slow
 def test_an_empty_output_directory_is_refused_not_taken_as_the_current_one(
     tmp_path, embedder, monkeypatch
 ):
@@ -1466,6 +1541,7 @@ def test_an_output_directory_that_is_a_dangling_symlink_is_named_so(tmp_path, em
     assert (tmp_path / "nowhere" / "index.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
 def test_a_file_of_only_a_byte_order_mark_holds_no_text_when_resumed_too(tmp_path, suffix):
     """An empty file saved by a Windows editor is 3 bytes, the BOM: it was one empty text."""
@@ -1491,6 +1567,7 @@ def test_a_file_of_only_a_byte_order_mark_holds_no_text_when_resumed_too(tmp_pat
     _same_as_fresh(tmp_path, source, out, TINY)
 
 
+@pytest.mark.slow
 def test_a_damaged_parquet_file_is_one_line(tmp_path, minilm_dir):
     """pyarrow's message for a damaged file ends in a newline: the error ran over two."""
     import pyarrow as pa
@@ -1520,6 +1597,7 @@ def test_a_file_still_being_written_is_read_as_it_was_not_split_mid_line(tmp_pat
     assert texts == ["first line", "hel"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("number", "code", "line"), [("SIGINT", 130, "interrupted"),
                                                       ("SIGTERM", 143, "terminated")])  # fmt: skip
 def test_a_stop_while_the_workers_are_forked_stops_the_run(tmp_path, number, code, line):

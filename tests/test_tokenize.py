@@ -301,6 +301,7 @@ def same(a, b) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_threads_sharing_an_embedder_get_what_one_thread_gets(embedder):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -346,6 +347,7 @@ def test_a_text_of_no_tokens_embeds_to_no_rows_alone_and_in_any_batch(tmp_path):
     assert embedder.embed(embedder.encode([""]), dtype=np.float64).dtype == np.float64
 
 
+@pytest.mark.slow
 def test_embed_each_memory_stays_within_a_batch_and_computes_no_padding(embedder, monkeypatch):
     """5,000 texts are never one (5000, L, E) array: each call of the layer sees batch_size
     texts at most, their tokens back to back, none of padding."""

@@ -148,6 +148,7 @@ def test_inputs_truncated_to_511_fail_at_the_first_stage(tmp_path, capsys, minil
     assert report["stages"]["word"]["candidate_shape"] == [1, 511, 384]
 
 
+@pytest.mark.slow
 def test_one_pass_variance_fails_on_inputs_with_a_large_mean(tmp_path, capsys, minilm_dir):
     shifted = tmp_path / "shifted"
     shutil.copytree(minilm_dir, shifted, ignore=shutil.ignore_patterns("1_Pooling"))
@@ -1442,6 +1443,7 @@ def test_bigbirds_word_rows_given_rescaled_are_named_as_the_rescale(tmp_path, ca
     assert "sum            ok" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["sum", "normalized", "embeddings", "word"])
 def test_a_float32_stage_scaled_by_one_factor_is_named_so(tmp_path, capsys, minilm_dir, stage):
     """npbert's own float32 stages, one of them doubled: the note says so, though its values
@@ -1522,6 +1524,7 @@ def test_a_float64_candidate_held_to_float32s_tolerance_is_told_so(tmp_path, cap
         assert main(argv) == 1 and "held to float32" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_explain_of_an_infinite_gamma_says_it_without_a_python_warning(tmp_path):
     """Inf in gamma makes Inf outputs in both paths: explain's own check subtracted them (inf -
     inf), and NumPy's RuntimeWarning reached the terminal with its file and line."""
@@ -1636,6 +1639,7 @@ def test_a_transposed_square_projection_fails(tmp_path):
     assert right["ok"] and transposed["first_disagreeing_stage"] == "projected"
 
 
+@pytest.mark.slow
 def test_the_command_passes_npbert_and_transformers_projections_of_large_values(tmp_path, capsys):
     arrays, _ = load_golden("tiny_electra_small_padded_batch")
     ids, types = arrays["input_ids"], arrays["token_type_ids"]
