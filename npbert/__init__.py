@@ -9,12 +9,13 @@ streamed by npbert.stream (and npbert.ray), other implementations checked by npb
 """
 
 from npbert.embedder import Embedder, EmbedderOutput
-from npbert.errors import InputError, WorkerLost
+from npbert.errors import DamagedCorpus, InputError, WorkerLost
 from npbert.layer.config import EmbeddingConfig
 from npbert.layer.weights import EmbeddingWeights
 from npbert.model import embed, embed_stages, load_weights
 
 __all__ = [
+    "DamagedCorpus",
     "Embedder",
     "EmbedderOutput",
     "EmbeddingConfig",

@@ -36,6 +36,12 @@ class InputError(NpbertError, ValueError):
     """Bad input: a wrong id, shape, file, model or setting. The message names what and where."""
 
 
+class DamagedCorpus(InputError):
+    """A corpus directory whose index.json disagrees with itself (a shard missing from its
+    list, counts that do not add up): read as it is, texts would be missing or repeated
+    without a word. Fields: path (the index.json), problem (the first disagreement found)."""
+
+
 class WorkerLost(NpbertError, RuntimeError):
     """A worker of the corpus job ended before its chunk was done (killed, out of memory):
     the run stops, and the shards committed so far stay to be resumed."""

@@ -1,7 +1,9 @@
 """How the command ends: every error as one line on standard error and an exit status, in one
-table; NumPy's warnings about the weights as one line; Ctrl-C, SIGTERM and a closed pipe.
+table; NumPy's warnings about the weights as one line; Ctrl-C, SIGTERM, SIGHUP and a closed
+pipe.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -54,8 +56,13 @@ class Terminated(KeyboardInterrupt):
     corpus run's lock and pending files behind."""
 
 
+class HungUp(Terminated):
+    """SIGHUP (the terminal closed, an ssh session dropped): stops as SIGTERM does."""
+
+
 # A stop is not an error: (its type, what is said, the status: 128 + the signal's number)
 STOPS = [
+    (HungUp, "hung up", 128 + signal.SIGHUP),
     (Terminated, "terminated", 128 + signal.SIGTERM),
     (KeyboardInterrupt, "interrupted", 128 + signal.SIGINT),
 ]
@@ -83,7 +90,8 @@ def ended(args, error: BaseException) -> int:
     """Say the error or stop in one line; its exit status."""
     for kind, said, status in STOPS:
         if isinstance(error, kind):
-            print(f"npbert: {said}", file=sys.stderr)
+            with contextlib.suppress(OSError):  # a terminal that hung up: nobody to tell
+                print(f"npbert: {said}", file=sys.stderr)
             return status
     kind, status, line = next(entry for entry in ERRORS if isinstance(error, entry[0]))
     print(f"npbert: error: {line(args, error)}", file=sys.stderr)
@@ -145,9 +153,9 @@ def interrupted(signum, frame) -> None:
 
 
 def terminated(signum, frame) -> None:
-    """SIGTERM: as interrupted, said as Terminated."""
+    """SIGTERM, SIGHUP: as interrupted, said as Terminated or HungUp."""
     ignore_stopping()
-    raise Terminated
+    raise HungUp if signum == signal.SIGHUP else Terminated
 
 
 def ignore_stopping() -> None:
@@ -160,6 +168,7 @@ def ignore_stopping() -> None:
 STOPPING = [
     (signal.SIGINT, signal.default_int_handler, interrupted),
     (signal.SIGTERM, signal.SIG_DFL, terminated),
+    (signal.SIGHUP, signal.SIG_DFL, terminated),  # not where ignored (nohup)
 ]
 
 

@@ -8,7 +8,6 @@ run resumed on either engine.
 """
 
 import os
-import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,17 +155,16 @@ class RayEngine:
     ):
         self.model, self.revision, self.full = os.fspath(model), revision, full
         self.settings, self.address = settings, settings.address
-        joining = cluster_address(self.address)
-        check_address(joining)  # before the run writes its directory
-        ray = sys.modules.get("ray")
-        connected = ray is not None and ray.is_initialized()  # kept: see connect
+        self.ray = ray_package(local=self.address is None)  # before the run writes its
+        joining = cluster_address(self.address)  # directory, as is the address
+        check_address(joining)
+        connected = self.ray.is_initialized()  # kept: see connect
         if settings.workers is not None and joining is None and not connected:
             check_actors(settings.workers, cpus())  # a cluster to be started here, of cpus()
 
     def __call__(self, directory: Path, named: Iterator[tuple[str, Chunk]]):
         """(name, chunk, tokens) of each (name, chunk), in order, once its files are written."""
-        ray = ray_package(local=self.address is None)
-        started = None
+        ray, started = self.ray, None
         context = ray.data.DataContext.get_current()  # the process's: set in dataset()
         settings = context.execution_options.preserve_order, context.enable_progress_bars
         try:

@@ -26,8 +26,8 @@ from npbert.stream.chunks import Chunk, chunks
 from npbert.stream.files import input_files, size_before, total_size
 from npbert.stream.index import (
     INDEX,
+    check_index,
     check_out,
-    check_totals,
     commit_shard,
     index_header,
     read_index,
@@ -89,19 +89,39 @@ def run_job(
     directory = Path(directory)
     files = input_files(header["input"], settings.input_format)
     check_out(directory, settings.resume)  # before writing() leaves its lock in one not ours
-    with writing(directory):
-        index = start_index(directory, header, settings.resume)
-        pieces, start = chunks_after(files, settings.shard_bytes, index["consumed"])
-        bar = Progress(settings.progress, total_size(files), start)
-        first = len(index["shards"])
-        named = ((f"shard-{n:05d}", chunk) for n, chunk in enumerate(pieces, first))
-        try:
-            commit_all(directory, index, engine(directory, named), bar)
-            index["complete"] = True
-        finally:
-            bar.close()
-            remove_pending(directory)
+    made = [path for path in (directory, *directory.parents) if not path.exists()]
+    try:
+        with writing(directory):
+            return embed_shards(directory, header, files, engine, settings)
+    finally:
+        for path in made:  # where the run leaves nothing in them (see embed_shards)
+            try:
+                path.rmdir()
+            except OSError:  # not empty
+                break
+
+
+def embed_shards(
+    directory: Path, header: dict, files: list, engine: Engine, settings: CorpusSettings
+) -> dict:
+    """run_job's work, in the directory it holds. A run that ends having committed no shard
+    (its first texts refused, stopped before) removes its index: the retry its error asks for
+    (other settings, a Ray engine installed) starts anew, as in an empty directory."""
+    index = start_index(directory, header, settings.resume)
+    pieces, start = chunks_after(files, settings.shard_bytes, index["consumed"])
+    bar = Progress(settings.progress, total_size(files), start)
+    first = len(index["shards"])
+    named = ((f"shard-{n:05d}", chunk) for n, chunk in enumerate(pieces, first))
+    try:
+        commit_all(directory, index, engine(directory, named), bar)
+        index["complete"] = True
+    finally:
+        bar.close()
+        remove_pending(directory)
+        if index["shards"] or index["complete"]:
             write_index(directory, index)  # the shards committed, on an interruption too
+        else:
+            (directory / INDEX).unlink(missing_ok=True)
     return index
 
 
@@ -136,7 +156,7 @@ def read_corpus(directory: str | os.PathLike, *, partial: bool = False) -> Itera
     refused unless partial=True, which reads the texts its shards hold so far."""
     directory = Path(check_path("directory", directory))
     index = read_index(directory, "read_corpus")
-    check_totals(index, directory / INDEX, "read_corpus", "the corpus is damaged")
+    check_index(index, directory / INDEX, "read_corpus", "the corpus is damaged", resuming=False)
     if not check_flag("partial", partial) and index.get("complete") is not True:
         raise InputError(
             f"read_corpus: {directory} holds a run that has not completed (the first "

@@ -13,7 +13,6 @@ that the index lists, and a resumed run continues from them.
 import dataclasses
 import fcntl
 import hashlib
-import itertools
 import json
 import os
 import re
@@ -24,7 +23,7 @@ import numpy as np
 
 from npbert.atomic import is_temporary, write_atomically
 from npbert.embedder import Embedder, check_embedder
-from npbert.errors import InputError
+from npbert.errors import DamagedCorpus, InputError
 from npbert.layer.inputs import check_path
 from npbert.loading.config import JSON_ERRORS, json_problem
 from npbert.stream.chunks import Chunk, Consumed
@@ -124,45 +123,76 @@ def read_index(directory: Path, what: str) -> dict:
     return index
 
 
-def check_counts(index: dict, path: Path) -> None:
-    """The counts a resumed run goes on from, as commit_shard keeps them: check_totals, and as
-    many texts consumed as the shards hold. Else InputError: a damaged index would resume at
-    the wrong place."""
+def check_index(index: dict, path: Path, what: str, advice: str, *, resuming: bool) -> None:
+    """DamagedCorpus naming the first way the index disagrees with itself (index_problem), for
+    `what` reads it, with `advice`: read as it is, texts would be missing or repeated, and a
+    resumed run would go on from the wrong place. resuming: the input's hash and bytes too."""
+    problem = index_problem(index, resuming)
+    if problem:
+        raise DamagedCorpus(f"{what}: {path} {problem}: {advice}", path=path, problem=problem)
+
+
+def index_problem(index: dict, resuming: bool) -> str | None:
+    """The first disagreement in the index, in words, or None: what of the input its shards
+    hold said; every count a whole number; the shards named by their places (shard-00000
+    first), each starting where the one before ended; the totals, and the texts of the input
+    consumed, their sums."""
     consumed = index.get("consumed")
-    if not isinstance(consumed, dict) or not isinstance(consumed.get("sha256"), str):
-        raise InputError(f"{{resume=True}}: {path} does not say what input it holds")
-    more = (consumed.get("texts"), consumed.get("bytes"))
-    check_totals(index, path, "{resume=True}", "give a new directory", more)
-    if index["texts"] != consumed["texts"]:
-        raise InputError(
-            f"{{resume=True}}: {path}'s counts disagree (its texts are not the input's texts it "
-            "says were consumed): give a new directory"
-        )
+    if not isinstance(consumed, dict) or (resuming and not isinstance(consumed.get("sha256"), str)):
+        return "does not say what input it holds"
+    counts = {"texts": index.get("texts"), "tokens": index.get("tokens")}
+    counts["consumed texts"] = consumed.get("texts")
+    if resuming:
+        counts["consumed bytes"] = consumed.get("bytes")
+    for shard in index["shards"]:
+        name = shard["name"]
+        counts |= {f"{name}'s {key}": shard.get(key) for key in ("first", "texts", "tokens")}
+    for name, count in counts.items():
+        if type(count) is not int or count < 0:
+            return f"has a count that is not a whole number, 0 or more (its {name}: {count!r})"
+    return shards_problem(index["shards"]) or totals_problem(index)
 
 
-def check_totals(index: dict, path: Path, what: str, advice: str, more: tuple = ()) -> None:
-    """The index's counts (and `more`) whole numbers, each shard starting where the last
-    ended, the totals their sums; else InputError naming `what` reads it, with `advice`. A
-    shard dropped from the list would be texts missing without a word."""
-    numbers = [index.get("texts"), index.get("tokens"), *more]
-    numbers += [s.get(k) for s in index["shards"] for k in ("first", "texts", "tokens")]
-    if not all(type(n) is int and n >= 0 for n in numbers):
-        raise InputError(f"{what}: {path} has a count that is not a whole number, 0 or more")
-    texts = [shard["texts"] for shard in index["shards"]]
-    firsts = [shard["first"] for shard in index["shards"]]
-    if (
-        firsts != [0, *itertools.accumulate(texts)][: len(texts)]
-        or index["texts"] != sum(texts)
-        or index["tokens"] != sum(shard["tokens"] for shard in index["shards"])
-    ):
-        raise InputError(
-            f"{what}: {path}'s counts disagree (its shards' texts and tokens do not add up "
-            f"to its totals): {advice}"
+def shards_problem(shards: list[dict]) -> str | None:
+    """Where the shards' list has a gap or a repeat, in words, or None."""
+    end = 0
+    for place, shard in enumerate(shards):
+        if shard["name"] != (expected := f"shard-{place:05d}"):
+            return (
+                f"lists {shard['name']} in the place of {expected}: a shard is missing from "
+                "the list, or listed twice"
+            )
+        if shard["first"] != end:
+            return (
+                f"lists {expected} from text {shard['first']:,}, where the shards before it "
+                f"end at text {end:,}: its counts disagree"
+            )
+        end += shard["texts"]
+    return None
+
+
+def totals_problem(index: dict) -> str | None:
+    """Where the index's totals are not its shards' sums, in words, or None."""
+    shards = index["shards"]
+    texts, tokens = (sum(shard[key] for shard in shards) for key in ("texts", "tokens"))
+    if index["texts"] != texts or index["tokens"] != tokens:
+        return (
+            f"says {index['texts']:,} texts and {index['tokens']:,} tokens, and its shards hold "
+            f"{texts:,} and {tokens:,}: its counts disagree"
         )
+    if index["consumed"]["texts"] != texts:
+        return (
+            f"says {index['consumed']['texts']:,} texts of the input were consumed, and its "
+            f"shards hold {texts:,}: its counts disagree"
+        )
+    return None
 
 
 def check_out(directory: Path, resume: bool) -> None:
-    """InputError unless `directory` is absent, empty, or when resuming an npbert corpus."""
+    """InputError unless `directory` is absent, empty, or when resuming an npbert corpus. A
+    run's own leftovers (its lock, pending files, the index of a run that committed no shard)
+    count as nothing: a run that failed before its first shard must not trap the retry its
+    error asked for, with other settings or without {resume=True}."""
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{{directory}} {directory} is a file, not a directory")
     if directory.is_symlink() and not directory.exists():  # mkdir would say "File exists"
@@ -170,7 +200,7 @@ def check_out(directory: Path, resume: bool) -> None:
             f"{{directory}} {directory} is a symbolic link to {os.readlink(directory)}, which "
             "does not exist: create that directory, or give another"
         )
-    present = [p for p in directory.iterdir() if p.name != LOCK] if directory.exists() else []
+    present = held_files(directory)
     if present and not resume:
         held = (directory / LOCK).exists()  # a run is writing it, or was killed
         running = " (once it has ended, if it is still running)" if held else ""
@@ -178,26 +208,53 @@ def check_out(directory: Path, resume: bool) -> None:
             f"{{directory}} {directory} exists and is not empty: pass {{resume=True}} to continue "
             f"the run that wrote it{running}, or give a new directory"
         )
-    others = [path.name for path in present if not is_pending(path)]
-    if resume and not (directory / INDEX).exists() and others:
+    if resume and not (directory / INDEX).exists() and present:
         raise InputError(
-            f"{{resume=True}}: {directory} has no {INDEX} but holds other files ({others[0]}"
-            f"{', ...' if len(others) > 1 else ''}): "
+            f"{{resume=True}}: {directory} has no {INDEX} but holds other files ({present[0]}"
+            f"{', ...' if len(present) > 1 else ''}): "
             "it is not an npbert corpus to continue"
         )
+
+
+def held_files(directory: Path) -> list[str]:
+    """The names of what `directory` holds but a run's leftovers: its lock, pending files and
+    temporaries, and an index that lists no shard (is_unstarted)."""
+    if not directory.exists():
+        return []
+    present = sorted(p.name for p in directory.iterdir() if p.name != LOCK and not is_pending(p))
+    return [] if present == [INDEX] and is_unstarted(directory) else present
+
+
+def is_unstarted(directory: Path) -> bool:
+    """Whether the directory's index is of a run that committed no shard and did not complete:
+    it holds nothing of the input (written at a run's start, left by a kill before the first
+    shard)."""
+    try:
+        index = json.loads((directory / INDEX).read_text(encoding="utf-8"))
+    except (OSError, *JSON_ERRORS):
+        return False
+    return (
+        isinstance(index, dict)
+        and str(index.get("format")).startswith("npbert corpus embeddings")
+        and (index.get("shards"), index.get("texts"), index.get("complete")) == ([], 0, False)
+        and isinstance(index.get("consumed"), dict)
+        and index["consumed"].get("texts") == 0
+    )
 
 
 def start_index(directory: Path, header: dict, resume: bool) -> dict:
     """A new index, or when resuming the existing one after checking it is the same job."""
     check_out(directory, resume)  # again, now that no other run writes it
-    if not resume or not (directory / INDEX).exists():
+    if not (directory / INDEX).exists() or is_unstarted(directory):  # see check_out
+        remove_pending(directory)
+        remove_unlisted(directory, 0)  # an unstarted run's, killed as it committed its first
         index = {**header, "shards": [], "texts": 0, "tokens": 0, "complete": False}
         index["consumed"] = Consumed().state()  # nothing yet
         write_index(directory, index)
         return index
     index = read_index(directory, "{resume=True}")
     check_same_job(directory, index, header)
-    check_counts(index, directory / INDEX)
+    check_index(index, directory / INDEX, "{resume=True}", "give a new directory", resuming=True)
     for shard in index["shards"]:
         for suffix in SHARD_FILES.values():
             if not (directory / f"{shard['name']}{suffix}.npy").is_file():

@@ -21,7 +21,7 @@ from npbert.stream.chunks import Chunk
 from npbert.stream.records import read_chunk
 from npbert.stream.settings import CorpusSettings
 from npbert.stream.shards import out_of_memory, shard_arrays, write_pending
-from npbert.stream.stops import stops_held
+from npbert.stream.stops import STOPS, stops_held
 
 # Workers are forked at the start, each with its own tokenizer and chunks in memory; past the
 # cores none runs faster, and thousands of them would exhaust memory before the first shard.
@@ -92,7 +92,7 @@ _job = None  # in a worker: (embedder, truncation, dtype), inherited through for
 def _start_worker(job, parent: int) -> None:
     global _job
     _job = job
-    for number in (signal.SIGINT, signal.SIGTERM):  # for the main process to handle: it
+    for number in STOPS:  # for the main process to handle: it
         signal.signal(number, signal.SIG_IGN)  # kills its workers (and they die with it)
     die_with(parent)
 
