@@ -25,19 +25,27 @@ def openblas() -> bool:
     return "openblas" in blas["name"].lower()
 
 
-@cache
-def run(kernel: str, threads: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OPENBLAS_VERBOSE": "2"}
-    env.pop("OPENBLAS_CORETYPE", None)
-    if kernel != "default":
-        env["OPENBLAS_CORETYPE"] = kernel
-    return subprocess.run(
-        [sys.executable, str(TESTS / "invariance.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """run(kernel, threads): tests/invariance.py under that kernel and thread count, once each;
+    its temporary files in pytest's directory, as a run the CPU kills (SIGILL) leaves them."""
+    scratch = tmp_path_factory.mktemp("invariance")
+
+    @cache
+    def run(kernel: str, threads: int) -> subprocess.CompletedProcess:
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OPENBLAS_VERBOSE": "2"}
+        env.pop("OPENBLAS_CORETYPE", None)
+        if kernel != "default":
+            env["OPENBLAS_CORETYPE"] = kernel
+        return subprocess.run(
+            [sys.executable, str(TESTS / "invariance.py")],
+            env={**env, "TMPDIR": str(scratch)},
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+
+    return run
 
 
 def digests(result: subprocess.CompletedProcess) -> dict[str, str]:
@@ -48,7 +56,7 @@ def digests(result: subprocess.CompletedProcess) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux" or not openblas(), reason="needs NumPy's OpenBLAS")
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_a_sequence_is_the_same_in_any_batch_under_every_blas_kernel(kernel):
+def test_a_sequence_is_the_same_in_any_batch_under_every_blas_kernel(run, kernel):
     results = [run(kernel, threads) for threads in THREADS]
     if any(r.returncode == -signal.SIGILL for r in results):
         pytest.skip(f"this CPU cannot run OpenBLAS's {kernel} kernel (illegal instruction)")

@@ -951,7 +951,7 @@ def test_bad_unicode_names_the_line(tmp_path, minilm_dir, name, content, message
     result = _run(tmp_path / name, tmp_path / "o", minilm_dir)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1
-    assert json.loads((tmp_path / "o" / "index.json").read_text())["shards"] == []
+    assert not (tmp_path / "o").exists()  # refused before its first shard: nothing left
 
 
 # --- workers, formats, dtype, paths -------------------------------------------------------------
