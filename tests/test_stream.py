@@ -579,6 +579,7 @@ def test_read_corpus_refuses_a_run_that_has_not_completed_unless_asked(tmp_path,
     kept = index["shards"][:2]  # as a run stopped after two shards leaves it
     texts, tokens = (sum(shard[k] for shard in kept) for k in ("texts", "tokens"))
     stopped = {**index, "shards": kept, "texts": texts, "tokens": tokens, "complete": False}
+    stopped["consumed"] = {**index["consumed"], "texts": texts}  # (its bytes and hash too)
     (out / "index.json").write_text(json.dumps(stopped))
     with pytest.raises(npbert.InputError, match=f"has not completed \\(the first {texts} texts"):
         next(read_corpus(out))  # it gave the first texts as if they were all
