@@ -325,6 +325,52 @@ print(*(int(status.split(f"{field}:")[1].split()[0]) * 1024 for field in sys.arg
 """
 
 
+def diagnosis_cost(directory: Path, rounds: int, batch: int = 8, length: int = 128) -> list:
+    """compare's time on bert-base-shaped weights, batch x length tokens: a candidate that
+    passes (no diagnosis), one with a known bug (LayerNorm eps 1e-5) and one wrong in no
+    known way (noise): what the diagnosis adds to a failing compare."""
+    import npbert
+    from npbert.layer.embedding import normalize, scale_shift
+    from npbert.layer.inputs import prepare_inputs
+    from npbert.verify import compare
+
+    weights = npbert.load_weights(directory)
+    rng = np.random.default_rng(2)
+    ids = rng.integers(1000, SHAPE["vocab_size"], (batch, length))
+    types = np.zeros_like(ids)
+    types[:, length // 2 :] = 1
+    references = [npbert.embed_stages(weights, ids, types, dtype=d, project=True)
+                  for d in (np.float64, np.float32)]  # fmt: skip
+    used = prepare_inputs(weights.config, ids, types, None, None)
+    inputs = {"input_ids": used.input_ids, "token_type_ids": used.token_type_ids,
+              "position_ids": used.position_ids}  # fmt: skip
+    right = references[1]["embeddings"]
+    eps = normalize(references[0]["sum"], 1e-5)
+    candidates = {
+        "passes": right,
+        "LayerNorm eps 1e-5": scale_shift(eps, weights.layer_norm_weight, weights.layer_norm_bias),
+        "noise of 1e-3": right + rng.normal(0, 1e-3, right.shape).astype(np.float32),
+    }
+    rows = []
+    for name, candidate in candidates.items():
+
+        def check(candidate=candidate):
+            return compare({"embeddings": candidate}, *references, inputs=inputs, weights=weights)
+
+        report = check()
+        seconds = statistics.median(timed(check) for _ in range(rounds))
+        named = ", ".join(entry["name"] for entry in report["diagnosis"]) or "none"
+        verdict = "PASS" if report["ok"] else "FAIL"
+        rows.append((f"{name}, {batch} x {length}", verdict, named, f"{seconds:.2f} s"))
+    return rows
+
+
+def compare_table(directory: Path, rounds: int) -> str:
+    header = ("candidate", "verdict", "diagnosis", "compare's time")
+    title = f"\ncompare with its diagnosis, bert-base shape, medians of {rounds} runs:\n"
+    return title + table(diagnosis_cost(directory, rounds), header)
+
+
 def peak_rss(directory: Path) -> dict[str, int]:
     """Peak RSS of processes that load and embed a batch (with its anonymous and file-backed
     parts at the end), load only, or only import; and the embedding tensors' bytes."""
@@ -612,8 +658,13 @@ def main() -> int:
     parser.add_argument("--corpus-sentences", type=int, default=40000)
     parser.add_argument("--ray", action="store_true", help="also the corpus job on Ray")
     parser.add_argument("--products", action="store_true", help="the projections alone")
+    parser.add_argument("--compare", action="store_true", help="compare's diagnosis alone")
     args = parser.parse_args()
     print(f"machine: {machine()}")
+    if args.compare:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(compare_table(bert_base_checkpoint(Path(tmp)), max(5, args.rounds // 4)))
+        return 0
     print(
         f"\nprojections E -> H of {BATCH * LENGTH} tokens, float32, medians of {args.rounds}"
         " interleaved rounds: time, max |diff| from the exact product, a row the same alone"
@@ -642,6 +693,7 @@ def main() -> int:
         )
         header = ("weights, input", "npbert", "npbert readable", "torch", "alone = in batch")
         print(table(accuracy_rows(directory, minilm), header))
+        print(compare_table(directory, max(5, args.rounds // 4)))
         rss = peak_rss(directory)
     npbert_cold, transformers_cold = cold_start(minilm, args.cold_runs)
     e2e = end_to_end(minilm, corpus(args.sentences), max(3, args.rounds // 10))

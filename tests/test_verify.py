@@ -380,9 +380,9 @@ def test_a_pairs_stages_checked_without_its_token_types_say_what_the_reference_t
     assert "note:  the reference's are the default, all 0: no --token-type-ids-file given" in out
     types = ["--token-type-ids-file", str(tmp_path / "types.npy")]
     assert main([*argv, str(tmp_path / "ids.npy"), *types]) == 0
-    from npbert.verify.candidates import _to_bfloat16
+    from npbert.verify.candidates import to_bfloat16
 
-    stages["token_type"] = _to_bfloat16(stages["token_type"]).astype(np.float32)
+    stages["token_type"] = to_bfloat16(stages["token_type"]).astype(np.float32)
     np.savez(tmp_path / "c.npz", **stages)  # the right rows, stored in bfloat16
     capsys.readouterr()
     assert main([*argv, str(tmp_path / "ids.npy")]) == 1
@@ -1200,11 +1200,12 @@ def test_a_candidate_of_float16_or_bfloat16_numbers_is_told_what_rounding_alone_
     code = main(["compare", str(tmp_path / "c.npy"), "--model", str(minilm_dir), "i am sinan"])
     out = capsys.readouterr()[0]
     distance = np.abs(rounded - reference).max()
-    assert code == 1 and f"every value is a {narrow} number" in out
-    assert f"the reference rounded to {narrow} is itself {distance:.3g} from" in out
+    said = f"diagnosis: matches the reference with the output rounded to {narrow}, which alone"
+    assert code == 1 and f"{said} puts it {distance:.3g} from the reference" in out
     np.save(tmp_path / "c.npy", output + np.float32(1e-3))  # wrong, in float32: no note
     main(["compare", str(tmp_path / "c.npy"), "--model", str(minilm_dir), "i am sinan"])
-    assert "number:" not in capsys.readouterr()[0]
+    said = capsys.readouterr()[0]
+    assert "number:" not in said and "diagnosis:" not in said
 
 
 def test_ulps_leave_out_the_zero_rows_of_deberta_padding(tmp_path, capsys):
@@ -1489,9 +1490,9 @@ def test_an_output_that_is_another_stage_or_has_swapped_axes_says_so(kind, tmp_p
     code = main(["compare", str(tmp_path / "c.npy"), "--model", str(TINY), *texts])
     out = capsys.readouterr().out
     assert code == (0 if kind == "right" else 1)
-    assert ("it is the reference's 'normalized' stage, within tolerance" in out) == (
-        kind == "normalized"
-    )
+    said = "diagnosis: matches the reference with the LayerNorm's weight and bias left out"
+    assert (said in out) == (kind == "normalized")  # in place of the note: "it is the
+    # reference's 'normalized' stage", which the diagnosis makes exact
     assert ("its first two axes swapped" in out) == (kind == "swapped")
 
 

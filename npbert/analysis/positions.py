@@ -19,9 +19,7 @@ This module imports nothing but NumPy at module level.
 import numpy as np
 
 from npbert.analysis.positions_report import reading
-
-SINUSOID_BASE = 10000.0  # "Attention is all you need", section 3.5
-
+from npbert.layer.embedding import SINUSOID_BASE, sinusoidal_table
 
 # BERT pre-trained 90% of its steps on sequences of 128 tokens and the last 10% on 512, "to
 # learn the positional embeddings" (BERT paper, appendix A.2): rows past 128 saw less training.
@@ -45,19 +43,6 @@ SINUSOIDAL_FREQUENCY_SHARE = 0.9
 
 
 LARGEST_ROWS = 4  # positions listed with the largest row norms
-
-
-def sinusoidal_table(num_positions: int, hidden_size: int) -> np.ndarray:
-    """The Transformer's fixed position table: (P, H) float64.
-
-    table[pos, j] = sin(pos / 10000^(2i/H)) for even j = 2i, cos(pos / 10000^(2i/H)) for odd
-    j = 2i + 1: exactly DistilBERT's `_create_sinusoidal_embeddings`
-    (transformers/models/distilbert/modeling_distilbert.py, used when sinusoidal_pos_embds=True),
-    which computes `pos / np.power(10000, 2 * (j // 2) / dim)` and stores it as float32.
-    """
-    j = np.arange(hidden_size)
-    angles = np.arange(num_positions)[:, None] / np.power(SINUSOID_BASE, 2 * (j // 2) / hidden_size)
-    return np.where(j % 2 == 0, np.sin(angles), np.cos(angles))
 
 
 def sinusoid_frequency_bins(num_positions: int, hidden_size: int) -> np.ndarray:

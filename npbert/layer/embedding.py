@@ -87,6 +87,22 @@ def padded_position_ids(input_ids: np.ndarray, padding_idx: int) -> np.ndarray:
     return np.cumsum(real, axis=-1) * real + padding_idx  # (..., L)
 
 
+SINUSOID_BASE = 10000.0  # "Attention is all you need", section 3.5
+
+
+def sinusoidal_table(num_positions: int, hidden_size: int) -> np.ndarray:
+    """The Transformer's fixed position table: (P, H) float64.
+
+    table[pos, j] = sin(pos / 10000^(2i/H)) for even j = 2i, cos(pos / 10000^(2i/H)) for odd
+    j = 2i + 1: exactly DistilBERT's `_create_sinusoidal_embeddings`
+    (transformers/models/distilbert/modeling_distilbert.py, used when sinusoidal_pos_embds=True),
+    which computes `pos / np.power(10000, 2 * (j // 2) / dim)` and stores it as float32.
+    """
+    j = np.arange(hidden_size)
+    angles = np.arange(num_positions)[:, None] / np.power(SINUSOID_BASE, 2 * (j // 2) / hidden_size)
+    return np.where(j % 2 == 0, np.sin(angles), np.cos(angles))
+
+
 # --- the formulas, one per family ---------------------------------------------------------
 # Each takes the weights and validated ids, None where the family has no such table:
 # input_ids (B, L) int, token_type_ids (B, L) int, position_ids (L,) or (B, L) int,

@@ -232,7 +232,7 @@ def _narrow(values: np.ndarray, reference: np.ndarray) -> tuple[str | None, floa
         # bfloat16 first: its numbers (8 significant bits) within float16's range are float16
         # numbers too (11 bits), while float16's are seldom all bfloat16's.
         if _is_bfloat16(values):
-            name, rounded = "bfloat16", _to_bfloat16(reference)
+            name, rounded = "bfloat16", to_bfloat16(reference)
         elif np.array_equal(values, values.astype(np.float16), equal_nan=True):
             name, rounded = "float16", reference.astype(np.float16)
         else:
@@ -247,7 +247,7 @@ def _is_bfloat16(values: np.ndarray) -> bool:
     return same and not (narrow.view(np.uint32) & 0xFFFF).any()
 
 
-def _to_bfloat16(values: np.ndarray) -> np.ndarray:
+def to_bfloat16(values: np.ndarray) -> np.ndarray:
     """values rounded to the nearest bfloat16 (ties to even), as float32: NumPy has no
     bfloat16, and this is how torch rounds float32 to it."""
     bits = values.astype(np.float32).view(np.uint32)

@@ -75,6 +75,7 @@ def format_report(report: dict) -> str:
         batch_axis = [BATCH_AXIS[stage["batch_axis"]]] if stage["batch_axis"] else []
         lines += _note_lines([*batch_axis, *stage.get("notes", ())])
     lines += [_output_line(name, report[name]) for name in OUTPUTS if name in report]
+    lines += [f"  diagnosis: {entry['says']}" for entry in report.get("diagnosis", ())]
     lines.append(verdict(report))
     return "\n".join(lines)
 

@@ -14,6 +14,7 @@ import numpy as np
 from npbert.errors import InputError
 from npbert.layer.inputs import check_mask
 from npbert.verify.candidates import _align, batch_size, checked_candidate
+from npbert.verify.diagnosis import diagnosis_of
 from npbert.verify.inputs import _kind, compare_inputs
 from npbert.verify.notes import FLOAT64_HELD, product_note, stage_notes
 from npbert.verify.result import StageResult
@@ -94,28 +95,35 @@ def compare(
     cosines. atol None: each stage's own (stage_atols; with `weights`, a product stage's allows
     what correct float32 products differ by). inputs: the reference's {name: array}, checked
     value for value against the candidate's first. attention_mask (B, L): a stage wrong only
-    in padding rows says so. A reference with NaN or Inf is refused."""
-    check_references(reference64, reference32)
-    check_finite(reference64, "npbert's float64 reference")
-    ids = np.empty(reference64["word"].shape[:-1], np.intp)  # (B, L): the inputs' shape
-    attention_mask = check_mask(attention_mask, ids)
-    atol = None if atol is None else check_tolerance("atol", atol)
-    rtol = check_tolerance("rtol", rtol)
+    in padding rows says so. A reference with NaN or Inf is refused. A failing candidate gets
+    a diagnosis (npbert.verify.diagnosis): the known bugs that reproduce it, where `weights`
+    and the reference's input_ids are given."""
+    mask, atol, rtol = checked_arguments(reference64, reference32, attention_mask, atol, rtol)
     given, candidate = candidate, checked_candidate(candidate, reference64)
     given_inputs = {key: value for key, value in given.items() if key in INPUTS}
     checked_inputs = compare_inputs(given_inputs, {} if inputs is None else inputs)
     batch = batch_size(reference64)
     atols = stage_atols(reference64, weights) if atol is None else dict.fromkeys(reference64, atol)
-    references = reference64, reference32
-    stages = compare_stages(candidate, references, atols, rtol, batch, attention_mask)
+    stages = compare_stages(candidate, (reference64, reference32), atols, rtol, batch, mask)
     tolerance = {"atol": atol, "rtol": rtol, "against": "npbert float64 reference"}
     report = report_of(stages, checked_inputs, candidate, reference64, tolerance)
-    notes = stage_notes(candidate, reference64, stages, OUTPUT in given, batch, attention_mask)
+    notes = stage_notes(candidate, reference64, stages, OUTPUT in given, batch, mask)
     if atol is None:  # what the default tolerance was for a stage, where it is not the usual
         add_tolerance_notes(notes, stages, atols, reference64, float64_stages(given, candidate))
     for name, said in notes.items():
         report["stages"][name]["notes"] = said
+    context = dict(weights=weights, inputs=inputs, mask=mask, atols=atols, rtol=rtol)
+    report["diagnosis"] = diagnosis_of(report, candidate, reference64, context | {"batch": batch})
     return report
+
+
+def checked_arguments(reference64, reference32, attention_mask, atol, rtol) -> tuple:
+    """compare's references, mask and tolerances checked: (the mask, atol, rtol)."""
+    check_references(reference64, reference32)
+    check_finite(reference64, "npbert's float64 reference")
+    ids = np.empty(reference64["word"].shape[:-1], np.intp)  # (B, L): the inputs' shape
+    atol = None if atol is None else check_tolerance("atol", atol)
+    return check_mask(attention_mask, ids), atol, check_tolerance("rtol", rtol)
 
 
 def report_of(stages: list, checked_inputs: dict, candidate, reference64, tolerance) -> dict:

@@ -1,0 +1,397 @@
+"""Known porting bugs of the embedding layer, as data: each a named mutation of the
+specification, computing the layer as the buggy port does, from the same weights and inputs.
+Ports get these wrong in the wild (llama.cpp, candle, ONNX Runtime, text-embeddings-inference,
+rust-bert, transformers itself); npbert.verify.diagnosis tries each entry that applies,
+parameters fitted, and names those that reproduce a failing candidate. Forms an output should
+not have (dropout, a pooled vector, float16 values) are told there, from the output.
+
+An entry: its name; what the port computed (`what`, said after "matches the reference with")
+and how to fix it (`fix`), with {value} (the fitted parameter) and {expected} (the
+checkpoint's own); `mutants(case)` yields (value, stages) for each parameter tried, the stages
+named as embed_stages names them.
+"""
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from npbert.errors import InputError
+from npbert.layer.embedding import linear, normalize, scale_shift, sinusoidal_table
+from npbert.layer.weights import EmbeddingWeights
+from npbert.model import embed_stages
+from npbert.verify.candidates import to_bfloat16
+
+
+@dataclass(frozen=True)
+class Case:
+    """What the reference was computed from: the weights, and the inputs as the layer took
+    them (the family's defaults filled in: npbert.layer.inputs.prepare_inputs); mask, the
+    (B, L) attention mask of the real tokens (None: all real); reference, its float64 stages."""
+
+    weights: EmbeddingWeights
+    input_ids: np.ndarray  # (B, L) or (L,)
+    token_type_ids: np.ndarray | None  # like input_ids; None without a table
+    position_ids: np.ndarray | None  # (L,) or like input_ids; None without a table
+    layer_mask: np.ndarray | None  # the attention_mask the layer takes (DeBERTa's), or None
+    mask: np.ndarray | None  # (B, L) or (L,) of 0 and 1, the real tokens; None: all real
+    reference: dict
+
+    @property
+    def config(self):
+        return self.weights.config
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One known bug: what the port computed, how to fix it, and its mutants."""
+
+    name: str
+    what: str  # "LayerNorm eps {value:g}": said after "matches the reference with"
+    fix: str  # "use config.json's layer_norm_eps, {expected:g}"
+    mutants: Callable[[Case], Iterator[tuple[object, dict]]]
+    expected: Callable[[Case], object] = lambda case: None  # the checkpoint's own value
+
+
+# --- the spec, run again with something changed -----------------------------------------------
+
+
+def rerun(case: Case, weights: EmbeddingWeights | None = None, **inputs) -> dict | None:
+    """embed_stages in float64 with `weights` or some inputs changed; None where the changed
+    inputs are not ones the layer takes (an id past its table: the port would crash there)."""
+    given = {
+        "token_type_ids": case.token_type_ids,
+        "position_ids": case.position_ids,
+        "attention_mask": case.layer_mask,
+    }
+    given.update(inputs)
+    ids = given.pop("input_ids", case.input_ids)
+    try:
+        return embed_stages(weights or case.weights, ids, **given, dtype=np.float64, project=True)
+    except InputError:
+        return None
+
+
+def after_sum(case: Case, norm: Callable, affine: Callable) -> dict:
+    """The reference's stages with its LayerNorm computed as norm(x) then affine(normalized),
+    x the stage it normalizes (the sum, DeBERTa's projection of it, or the word rows alone),
+    and the steps after it as the family has them (DeBERTa's mask, a projection after)."""
+    stages = dict(case.reference)
+    pre = next(stages[name] for name in ("embed_proj", "sum", "word") if name in stages)
+    w = case.weights
+    stages["normalized"] = norm(pre)  # (B, L, H)
+    embeddings = affine(stages["normalized"], w.layer_norm_weight, w.layer_norm_bias)
+    return stages | tail(case, embeddings)
+
+
+def tail(case: Case, embeddings: np.ndarray) -> dict:
+    """The stages after the LayerNorm: DeBERTa's mask, then a projection after the layer."""
+    w = case.weights
+    if case.layer_mask is not None:
+        embeddings = embeddings * case.layer_mask[..., None]  # (B, L, H)
+    stages = {"embeddings": embeddings}
+    if "projected" in case.reference:
+        stages["projected"] = linear(embeddings, w.projection_weight, w.projection_bias)
+    return stages
+
+
+def eps(case: Case) -> float:
+    return case.config.layer_norm_eps
+
+
+def tables(case: Case, rounding: Callable) -> EmbeddingWeights:
+    """The weights with every array rounded by `rounding` (to float16 or bfloat16): of the
+    word table, the rows the inputs look up (the rest are never read, and rounding all of a
+    large vocabulary's would be most of the diagnosis's time)."""
+    w = case.weights
+    arrays = {
+        field.name: rounding(getattr(w, field.name)).astype(np.float32)
+        for field in dataclasses.fields(w)
+        if isinstance(getattr(w, field.name), np.ndarray) and field.name != "word_embeddings"
+    }
+    word = np.array(w.word_embeddings)
+    rows = np.unique(case.input_ids)
+    word[rows] = rounding(word[rows])
+    return dataclasses.replace(w, word_embeddings=word, **arrays)
+
+
+# --- LayerNorm ----------------------------------------------------------------------------------
+
+EPSILONS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13)
+
+
+def other_eps(case: Case):
+    for value in EPSILONS:
+        if not np.isclose(value, eps(case), rtol=1e-3, atol=0):
+            yield value, after_sum(case, lambda x, e=value: normalize(x, e), scale_shift)
+
+
+def unbiased_variance(case: Case):
+    def norm(x):  # the variance divided by H - 1, as torch.var and numpy's ddof=1 have it
+        centered = x - x.mean(axis=-1, keepdims=True)  # (B, L, H)
+        variance = (centered * centered).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1)
+        return centered / np.sqrt(variance + eps(case))  # (B, L, H)
+
+    yield None, after_sum(case, norm, scale_shift)
+
+
+def swapped_affine(case: Case):
+    if case.weights.layer_norm_bias is not None:
+        yield (
+            None,
+            after_sum(
+                case, lambda x: normalize(x, eps(case)), lambda n, g, b: scale_shift(n, b, g)
+            ),
+        )
+
+
+def no_affine(case: Case):
+    yield None, after_sum(case, lambda x: normalize(x, eps(case)), lambda n, g, b: n)
+
+
+# --- token types --------------------------------------------------------------------------------
+
+
+def types_zero(case: Case):
+    if case.token_type_ids is not None and case.token_type_ids.any():
+        yield None, rerun(case, token_type_ids=np.zeros_like(case.token_type_ids))
+
+
+def types_one(case: Case):
+    types = case.token_type_ids
+    if types is not None and case.config.type_vocab_size > 1 and not (types == 1).all():
+        yield None, rerun(case, token_type_ids=np.ones_like(types))
+
+
+def types_left_out(case: Case):
+    if case.token_type_ids is not None:
+        table = np.zeros_like(case.weights.token_type_embeddings)
+        yield None, rerun(case, dataclasses.replace(case.weights, token_type_embeddings=table))
+
+
+def types_from_mask(case: Case):
+    types, mask = case.token_type_ids, case.mask
+    if types is not None and mask is not None and not np.array_equal(types, mask):
+        yield None, rerun(case, token_type_ids=np.broadcast_to(mask, types.shape).copy())
+
+
+# --- positions and ids --------------------------------------------------------------------------
+
+
+def position_offsets(case: Case):
+    """Positions offset by k: from 0 in RoBERTa's and MPNet's (which count from padding_idx + 1),
+    from 1 in BERT's, one off either way."""
+    positions = case.position_ids
+    if positions is None:
+        return
+    start = first_position(case)
+    offsets = {-start, 1, -1, 2, -2, start} - {0}
+    for k in sorted(offsets, key=abs):
+        yield k, rerun(case, position_ids=positions + k)
+
+
+def first_position(case: Case) -> int:
+    """Where a real token's positions start: padding_idx + 1 (RoBERTa's), else 0."""
+    config = case.config
+    return config.padding_idx + 1 if config.positions == "padded" else 0
+
+
+def padding_counted(case: Case):
+    """RoBERTa's positions count real tokens only; a port that numbers every token from
+    padding_idx + 1 gives padding (and what follows left padding) other positions."""
+    if case.config.positions != "padded" or case.mask is None or case.mask.all():
+        return
+    length = case.input_ids.shape[-1]
+    counted = np.arange(length) + first_position(case)  # (L,)
+    yield None, rerun(case, position_ids=np.broadcast_to(counted, case.input_ids.shape).copy())
+
+
+def sinusoids(case: Case):
+    w = case.weights
+    if w.position_embeddings is not None and not case.config.sinusoidal:
+        table = sinusoidal_table(*w.position_embeddings.shape).astype(np.float32)
+        yield None, rerun(case, dataclasses.replace(w, position_embeddings=table))
+
+
+def id_offsets(case: Case):
+    for k in (-1, 1, -2, 2):
+        yield k, rerun(case, input_ids=case.input_ids + k)
+
+
+# --- precision ----------------------------------------------------------------------------------
+
+ROUNDINGS = {"float16": lambda a: a.astype(np.float16), "bfloat16": to_bfloat16}
+
+
+def narrow_tables(case: Case):
+    for name, rounding in ROUNDINGS.items():
+        yield name, rerun(case, tables(case, rounding))
+
+
+def narrow_computation(case: Case, rounding: Callable) -> dict | None:
+    """The stages of a port computing every step in float16 or bfloat16 (`rounding` to it):
+    the tables, the sum, the normalized rows and the output each rounded. NumPy has no
+    bfloat16 arithmetic; rounding each step's result is what such kernels give, up to their
+    order of additions and accumulators, so this is held to the candidate by its spread, not
+    value for value (npbert.verify.diagnosis.precision)."""
+    stages = rerun(case, tables(case, rounding))
+    if stages is None:
+        return None
+
+    def narrow(x: np.ndarray) -> np.ndarray:
+        return rounding(x).astype(np.float64)
+
+    if "sum" in stages:
+        stages["sum"] = narrow(stages["sum"])
+    return after_sum(
+        dataclasses.replace(case, reference=stages),
+        lambda x: narrow(normalize(x, eps(case))),
+        lambda n, g, b: narrow(scale_shift(n, g, b)),
+    )
+
+
+# --- padding rows and family-specific steps -----------------------------------------------------
+
+
+def padding_zeroed(case: Case):
+    if case.mask is not None and not case.mask.all() and not case.config.family.masks_padding:
+        stages = dict(case.reference)
+        mask = case.mask[..., None]
+        stages |= {key: stages[key] * mask for key in ("embeddings", "projected") if key in stages}
+        yield None, stages
+
+
+def padding_kept(case: Case):
+    if case.layer_mask is not None and not case.layer_mask.all():
+        yield None, rerun(case, attention_mask=None)
+
+
+def word_scale(case: Case):
+    """BigBird's word rows times sqrt(H), left out where rescale_embeddings is true, or
+    applied where it is false."""
+    if case.config.family.rescale_key is None:
+        return
+    scale = case.config.word_scale
+    other = 1.0 if scale != 1.0 else float(np.sqrt(case.config.hidden_size))
+    config = dataclasses.replace(case.config, word_scale=other)
+    yield other, rerun(case, dataclasses.replace(case.weights, config=config))
+
+
+def projection_left_out(case: Case):
+    """The layer's output given as what the encoder receives: the projection E -> H not
+    applied (its shape tells it where E != H; an ELECTRA of E = H has none to leave out)."""
+    if "projected" in case.reference:
+        yield None, dict(case.reference) | {"projected": case.reference["embeddings"]}
+
+
+CATALOG = (
+    Bug(
+        "layer_norm_eps",
+        "LayerNorm eps {value:g}",
+        "use config.json's layer_norm_eps, {expected:g}",
+        other_eps,
+        eps,
+    ),
+    Bug(
+        "variance_over_h_minus_1",
+        "the LayerNorm's variance divided by H - 1",
+        "LayerNorm divides by H (the biased variance, torch.var(unbiased=False), np.var)",
+        unbiased_variance,
+    ),
+    Bug(
+        "gamma_beta_swapped",
+        "LayerNorm's weight and bias swapped",
+        "LayerNorm.weight (gamma) scales the normalized rows, LayerNorm.bias (beta) is added",
+        swapped_affine,
+    ),
+    Bug(
+        "layer_norm_affine_left_out",
+        "the LayerNorm's weight and bias left out",
+        "scale by LayerNorm.weight and add LayerNorm.bias after normalizing",
+        no_affine,
+    ),
+    Bug(
+        "token_types_all_0",
+        "token types all 0",
+        "a pair's second text (after the first [SEP]) has token type 1",
+        types_zero,
+    ),
+    Bug(
+        "token_types_all_1",
+        "token types all 1",
+        "a single text's token types are all 0, and a pair's first text's too",
+        types_one,
+    ),
+    Bug(
+        "token_types_left_out",
+        "no token-type rows added",
+        "add token_type_embeddings[token_type_ids] (row 0 for a single text) to the sum",
+        types_left_out,
+    ),
+    Bug(
+        "token_types_from_the_mask",
+        "the attention mask as token types",
+        "pass token_type_ids as token types (inputs given in the wrong order?)",
+        types_from_mask,
+    ),
+    Bug(
+        "positions_offset",
+        "positions offset by {value:+d}",
+        "a real token's positions start at {expected}",
+        position_offsets,
+        first_position,
+    ),
+    Bug(
+        "padding_counted_in_positions",
+        "padding counted in the positions",
+        "count real tokens only, from padding_idx + 1 = {expected}; padding takes padding_idx "
+        "(create_position_ids_from_input_ids)",
+        padding_counted,
+        first_position,
+    ),
+    Bug(
+        "sinusoidal_positions",
+        "the Transformer's fixed sinusoids as position rows",
+        "this checkpoint's position rows are learned: read position_embeddings from it",
+        sinusoids,
+    ),
+    Bug(
+        "ids_offset",
+        "token ids offset by {value:+d}",
+        "look the tokenizer's ids up as they are (0-based; no offset for special tokens)",
+        id_offsets,
+    ),
+    Bug(
+        "tables_narrowed",
+        "its tables rounded to {value}",
+        "keep the checkpoint's tables in float32",
+        narrow_tables,
+    ),
+    Bug(
+        "padding_rows_zeroed",
+        "padding rows zeroed",
+        "this family's layer does not zero them (attention masks them out later)",
+        padding_zeroed,
+    ),
+    Bug(
+        "padding_rows_not_zeroed",
+        "padding rows not zeroed",
+        "DeBERTa's layer multiplies its output by the attention mask",
+        padding_kept,
+    ),
+    Bug(
+        "word_scale",
+        "the word rows scaled by {value:g}",
+        "BigBird scales them by sqrt(H) exactly when rescale_embeddings is true: {expected:g}",
+        word_scale,
+        lambda case: case.config.word_scale,
+    ),
+    Bug(
+        "projection_left_out",
+        "the projection left out",
+        "the encoder receives the output projected E -> H (embeddings_project / "
+        "embedding_hidden_mapping_in)",
+        projection_left_out,
+    ),
+)
