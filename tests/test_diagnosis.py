@@ -80,6 +80,14 @@ def sinusoids(rows: int, width: int) -> np.ndarray:
     return np.where(np.arange(width) % 2 == 0, np.sin(angle), np.cos(angle)).astype(np.float32)
 
 
+def sinusoid_halves(rows: int, width: int) -> np.ndarray:
+    """fairseq's sinusoidal positions: sines in the first half, cosines in the second."""
+    half = width // 2
+    rates = np.exp(np.arange(half) * -(np.log(10000) / (half - 1)))
+    angle = np.arange(rows)[:, None] * rates[None, :]
+    return np.concatenate([np.sin(angle), np.cos(angle)], axis=1).astype(np.float32)
+
+
 def tiny(name: str):
     return npbert.load_weights(DATA / name)
 
@@ -139,7 +147,10 @@ CASES = {
     "token_types_all_0": lambda m: made(m, pair=True, types=lambda t, mask: np.zeros_like(t)),
     "token_types_all_1": lambda m: made(m, types=lambda t, mask: np.ones_like(t)),
     "token_types_left_out": lambda m: made(m, pair=True, types=lambda t, mask: None),
-    "token_types_from_the_mask": lambda m: made(m, padded=True, types=lambda t, mask: mask),
+    "token_types_from_another_input": lambda m: made(m, padded=True, types=lambda t, mask: mask),
+    "token_types_from_another_input ": lambda m: made(  # the first sequence's, for all
+        m, pair=True, padded=True, types=lambda t, mask: np.broadcast_to(t[:1], t.shape)
+    ),
     "positions_offset": lambda m: made(m, positions=lambda p, mask: p + 1),
     "positions_offset ": lambda m: made(  # RoBERTa's counted from 0
         tiny("tiny-roberta"), positions=lambda p, mask: np.broadcast_to(np.arange(24), p.shape)
@@ -150,6 +161,8 @@ CASES = {
         positions=lambda p, mask: np.broadcast_to(np.arange(24) + 2, p.shape),
     ),
     "sinusoidal_positions": lambda m: made(m, position_table=sinusoids(512, 384)),
+    "sinusoidal_positions ": lambda m: made(m, position_table=sinusoid_halves(512, 384)),
+    "layer_norm_eps ": lambda m: made(tiny("tiny-roberta"), padded=True, eps=1e-12),
     "ids_offset": lambda m: ids_offset(m),
     "tables_narrowed": lambda m: made(m, tables=lambda t: t.astype(np.float16)),
     "tables_narrowed ": lambda m: made(m, tables=bfloat16),

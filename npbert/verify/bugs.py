@@ -17,30 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npbert.errors import InputError
-from npbert.layer.embedding import linear, normalize, scale_shift, sinusoidal_table
-from npbert.layer.weights import EmbeddingWeights
-from npbert.model import embed_stages
+from npbert.layer.embedding import normalize, scale_shift, sinusoidal_table
 from npbert.verify.candidates import to_bfloat16
-
-
-@dataclass(frozen=True)
-class Case:
-    """What the reference was computed from: the weights, and the inputs as the layer took
-    them (the family's defaults filled in: npbert.layer.inputs.prepare_inputs); mask, the
-    (B, L) attention mask of the real tokens (None: all real); reference, its float64 stages."""
-
-    weights: EmbeddingWeights
-    input_ids: np.ndarray  # (B, L) or (L,)
-    token_type_ids: np.ndarray | None  # like input_ids; None without a table
-    position_ids: np.ndarray | None  # (L,) or like input_ids; None without a table
-    layer_mask: np.ndarray | None  # the attention_mask the layer takes (DeBERTa's), or None
-    mask: np.ndarray | None  # (B, L) or (L,) of 0 and 1, the real tokens; None: all real
-    reference: dict
-
-    @property
-    def config(self):
-        return self.weights.config
+from npbert.verify.mutations import Case, after_sum, eps, rerun, tables
 
 
 @dataclass(frozen=True)
@@ -52,68 +31,6 @@ class Bug:
     fix: str  # "use config.json's layer_norm_eps, {expected:g}"
     mutants: Callable[[Case], Iterator[tuple[object, dict]]]
     expected: Callable[[Case], object] = lambda case: None  # the checkpoint's own value
-
-
-# --- the spec, run again with something changed -----------------------------------------------
-
-
-def rerun(case: Case, weights: EmbeddingWeights | None = None, **inputs) -> dict | None:
-    """embed_stages in float64 with `weights` or some inputs changed; None where the changed
-    inputs are not ones the layer takes (an id past its table: the port would crash there)."""
-    given = {
-        "token_type_ids": case.token_type_ids,
-        "position_ids": case.position_ids,
-        "attention_mask": case.layer_mask,
-    }
-    given.update(inputs)
-    ids = given.pop("input_ids", case.input_ids)
-    try:
-        return embed_stages(weights or case.weights, ids, **given, dtype=np.float64, project=True)
-    except InputError:
-        return None
-
-
-def after_sum(case: Case, norm: Callable, affine: Callable) -> dict:
-    """The reference's stages with its LayerNorm computed as norm(x) then affine(normalized),
-    x the stage it normalizes (the sum, DeBERTa's projection of it, or the word rows alone),
-    and the steps after it as the family has them (DeBERTa's mask, a projection after)."""
-    stages = dict(case.reference)
-    pre = next(stages[name] for name in ("embed_proj", "sum", "word") if name in stages)
-    w = case.weights
-    stages["normalized"] = norm(pre)  # (B, L, H)
-    embeddings = affine(stages["normalized"], w.layer_norm_weight, w.layer_norm_bias)
-    return stages | tail(case, embeddings)
-
-
-def tail(case: Case, embeddings: np.ndarray) -> dict:
-    """The stages after the LayerNorm: DeBERTa's mask, then a projection after the layer."""
-    w = case.weights
-    if case.layer_mask is not None:
-        embeddings = embeddings * case.layer_mask[..., None]  # (B, L, H)
-    stages = {"embeddings": embeddings}
-    if "projected" in case.reference:
-        stages["projected"] = linear(embeddings, w.projection_weight, w.projection_bias)
-    return stages
-
-
-def eps(case: Case) -> float:
-    return case.config.layer_norm_eps
-
-
-def tables(case: Case, rounding: Callable) -> EmbeddingWeights:
-    """The weights with every array rounded by `rounding` (to float16 or bfloat16): of the
-    word table, the rows the inputs look up (the rest are never read, and rounding all of a
-    large vocabulary's would be most of the diagnosis's time)."""
-    w = case.weights
-    arrays = {
-        field.name: rounding(getattr(w, field.name)).astype(np.float32)
-        for field in dataclasses.fields(w)
-        if isinstance(getattr(w, field.name), np.ndarray) and field.name != "word_embeddings"
-    }
-    word = np.array(w.word_embeddings)
-    rows = np.unique(case.input_ids)
-    word[rows] = rounding(word[rows])
-    return dataclasses.replace(w, word_embeddings=word, **arrays)
 
 
 # --- LayerNorm ----------------------------------------------------------------------------------
@@ -170,10 +87,19 @@ def types_left_out(case: Case):
         yield None, rerun(case, dataclasses.replace(case.weights, token_type_embeddings=table))
 
 
-def types_from_mask(case: Case):
-    types, mask = case.token_type_ids, case.mask
-    if types is not None and mask is not None and not np.array_equal(types, mask):
-        yield None, rerun(case, token_type_ids=np.broadcast_to(mask, types.shape).copy())
+def types_from_elsewhere(case: Case):
+    """Token types taken from another input: the attention mask (inputs passed in the wrong
+    order), or the first sequence's for every sequence of the batch."""
+    types = case.token_type_ids
+    if types is None:
+        return
+    sources = {"the attention mask": case.mask}
+    if types.ndim == 2 and len(types) > 1:
+        sources["the first sequence's"] = types[:1]
+    for name, source in sources.items():
+        given = None if source is None else np.broadcast_to(source, types.shape)
+        if given is not None and not np.array_equal(given, types):
+            yield name, rerun(case, token_type_ids=given.copy())
 
 
 # --- positions and ids --------------------------------------------------------------------------
@@ -186,7 +112,7 @@ def position_offsets(case: Case):
     if positions is None:
         return
     start = first_position(case)
-    offsets = {-start, 1, -1, 2, -2, start} - {0}
+    offsets = {-start - 1, -start, -start + 1, start, *range(-4, 5)} - {0}
     for k in sorted(offsets, key=abs):
         yield k, rerun(case, position_ids=positions + k)
 
@@ -208,10 +134,26 @@ def padding_counted(case: Case):
 
 
 def sinusoids(case: Case):
+    """The Transformer's sines and cosines in place of the checkpoint's learned rows: as the
+    paper interleaves them (DistilBERT's sinusoidal table), or in halves, sines first (fairseq's
+    and tensor2tensor's)."""
     w = case.weights
-    if w.position_embeddings is not None and not case.config.sinusoidal:
-        table = sinusoidal_table(*w.position_embeddings.shape).astype(np.float32)
-        yield None, rerun(case, dataclasses.replace(w, position_embeddings=table))
+    if w.position_embeddings is None or case.config.sinusoidal:
+        return
+    shape = w.position_embeddings.shape
+    for name, table in (("interleaved", sinusoidal_table(*shape)), ("in halves", halves(*shape))):
+        tables = dataclasses.replace(w, position_embeddings=table.astype(np.float32))
+        yield name, rerun(case, tables)
+
+
+def halves(num_positions: int, width: int) -> np.ndarray:
+    """fairseq's SinusoidalPositionalEmbedding: sin(pos * f_i) then cos(pos * f_i), f_i =
+    10000^(-i / (width / 2 - 1)), and a zero column where width is odd. -> (P, width)"""
+    half = width // 2
+    rates = np.exp(np.arange(half) * -np.log(10000.0) / max(half - 1, 1))  # (width / 2,)
+    angles = np.arange(num_positions)[:, None] * rates  # (P, width / 2)
+    table = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # (P, 2 * (width / 2))
+    return np.pad(table, ((0, 0), (0, width % 2)))  # (P, width)
 
 
 def id_offsets(case: Case):
@@ -255,9 +197,13 @@ def narrow_computation(case: Case, rounding: Callable) -> dict | None:
 
 
 def padding_zeroed(case: Case):
-    if case.mask is not None and not case.mask.all() and not case.config.family.masks_padding:
+    """Padding rows zeroed: where the mask says, or else where the ids are the pad token."""
+    mask = case.mask
+    if mask is None and case.config.pad_token_id is not None:
+        mask = case.input_ids != case.config.pad_token_id
+    if mask is not None and not mask.all() and not case.config.family.masks_padding:
         stages = dict(case.reference)
-        mask = case.mask[..., None]
+        mask = mask[..., None]
         stages |= {key: stages[key] * mask for key in ("embeddings", "projected") if key in stages}
         yield None, stages
 
@@ -330,10 +276,10 @@ CATALOG = (
         types_left_out,
     ),
     Bug(
-        "token_types_from_the_mask",
-        "the attention mask as token types",
-        "pass token_type_ids as token types (inputs given in the wrong order?)",
-        types_from_mask,
+        "token_types_from_another_input",
+        "token types taken from {value}",
+        "pass each sequence's own token_type_ids (inputs given in the wrong order?)",
+        types_from_elsewhere,
     ),
     Bug(
         "positions_offset",
@@ -352,7 +298,7 @@ CATALOG = (
     ),
     Bug(
         "sinusoidal_positions",
-        "the Transformer's fixed sinusoids as position rows",
+        "the Transformer's fixed sinusoids ({value}) as position rows",
         "this checkpoint's position rows are learned: read position_embeddings from it",
         sinusoids,
     ),

@@ -8,8 +8,9 @@ import numpy as np
 
 from npbert.errors import InputError
 from npbert.layer.inputs import prepare_inputs
-from npbert.verify.bugs import CATALOG, ROUNDINGS, Bug, Case, narrow_computation
+from npbert.verify.bugs import CATALOG, ROUNDINGS, Bug, narrow_computation
 from npbert.verify.candidates import _align, _narrow
+from npbert.verify.mutations import Case
 
 # A mutant whose misfit (its largest difference from the candidate, in units of the stage's
 # tolerance) is this fraction of the reference's or less is named too, as likely: a port in
