@@ -1102,12 +1102,14 @@ def test_compare_without_a_candidate_asks_for_it_alone(capsys):
 
 
 def test_an_argument_a_command_does_not_take_points_to_its_own_help(capsys):
-    """`explain a b` (a text unquoted) pointed to npbert --help, which lists no arguments."""
+    """An argument a command does not take pointed to npbert --help, which lists none."""
     with pytest.raises(SystemExit) as ended:
-        main(["explain", "a", "b", "--model", str(TINY)])
+        main(["positions", "b", "--model", str(TINY)])
     err = capsys.readouterr().err
     assert ended.value.code == 2
-    assert err == ("npbert explain: error: unrecognized arguments: b (see npbert explain --help)\n")
+    assert (
+        err == "npbert positions: error: unrecognized arguments: b (see npbert positions --help)\n"
+    )
     with pytest.raises(SystemExit):
         main(["inspect", str(TINY), "extra"])
     assert "(see npbert inspect --help)" in capsys.readouterr().err

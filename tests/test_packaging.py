@@ -37,10 +37,16 @@ def test_package_is_typed():
 
 # Imported only as part of the package that brings them: urllib3 where huggingface_hub's HTTP
 # client is requests (0.x; npbert.loading.ranges), PIL for matplotlib's images
-# (npbert.analysis.positions_plot), pyarrow for Parquet input, which npbert[ray] brings (Ray
+# (npbert.analysis.figures), pyarrow for Parquet input, which npbert[ray] brings (Ray
 # Data needs it; npbert.stream.parquet).
 BROUGHT = {"urllib3": "huggingface_hub", "PIL": "matplotlib", "pyarrow": "ray"}
-OPTIONAL_MODULES = {"ray/cluster.py", "stream/parquet.py", "analysis/positions_plot.py"}  # extras
+OPTIONAL_MODULES = {  # of the extras
+    "ray/cluster.py",
+    "stream/parquet.py",
+    "analysis/figures.py",
+    "analysis/positions_plot.py",
+    "analysis/explain_plot.py",
+}
 
 
 def test_every_package_npbert_imports_is_declared():

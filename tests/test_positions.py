@@ -211,7 +211,8 @@ def test_the_last_pretrained_position_is_a_row_of_its_own_unless_it_is_the_last(
 def test_plot_is_written_and_reads_back(tmp_path, capsys, minilm_dir):
     from matplotlib.image import imread
 
-    from npbert.analysis.positions_plot import DPI, FIGSIZE
+    from npbert.analysis.figures import DPI
+    from npbert.analysis.positions_plot import FIGSIZE
 
     path = tmp_path / "positions.png"
     code, out, _ = run(capsys, "positions", "--model", minilm_dir, "--plot", path)

@@ -11,6 +11,7 @@ from them, and the stored position table's from the sinusoids.
 import numpy as np
 
 from npbert.analysis.positions import sinusoidal_table
+from npbert.analysis.shared import Walked, shared_lines
 from npbert.errors import InputError
 from npbert.layer.inputs import prepare_inputs
 from npbert.layer.weights import EmbeddingWeights
@@ -287,3 +288,31 @@ def check_one_text(tokens: list[str] | None, input_ids: np.ndarray) -> None:
         raise InputError("explain takes the text's tokens as a list of strings")
     if len(tokens) != len(input_ids):
         raise InputError(f"explain takes a token per id: {len(tokens)} for {len(input_ids)} ids")
+
+
+def explain_texts(weights: EmbeddingWeights, texts: list[tuple]) -> tuple[str, bool]:
+    """(the walk-through of each text in turn, then what they share; whether embed() equals
+    the steps for every one). texts: (tokens, input_ids, token_type_ids, attention_mask,
+    position_ids) each, as explain takes them."""
+    parts, equal, walked = [], True, []
+    for number, (tokens, *inputs) in enumerate(texts, start=1):
+        text, same = explain(weights, tokens, *inputs)
+        parts.append(text if len(texts) == 1 else f"Text {number}\n\n{text}")
+        equal &= same
+        walked.append(walk(weights, tokens, *inputs))
+    rule = "\n\n" + "-" * 72 + "\n\n"
+    return "\n".join([rule.join(parts), *shared_lines(weights.config, walked)]), equal
+
+
+def walk(weights, tokens, input_ids, token_type_ids, attention_mask, position_ids) -> Walked:
+    """One text's inputs as the layer takes them, and its stages."""
+    config = weights.config
+    types = token_type_ids if config.type_vocab_size else None
+    used = prepare_inputs(config, input_ids, types, position_ids, attention_mask)
+    stages = embed_stages(weights, input_ids, types, position_ids, attention_mask, project=True)
+    positions = (
+        None
+        if used.position_ids is None
+        else np.broadcast_to(used.position_ids, used.input_ids.shape)
+    )
+    return Walked(tokens, used.input_ids, used.token_type_ids, positions, stages)

@@ -9,24 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
+from npbert.analysis.figures import new_figure, save_figure
 from npbert.analysis.positions import cosine_similarity, sinusoidal_table
-from npbert.atomic import check_output_file, write_atomically
-from npbert.errors import InputError
 
-FORMATS = (".png", ".svg", ".pdf")
-FIGSIZE = (11.0, 12.0)  # inches, width x height
-DPI = 64  # a PNG of 704 x 768 pixels
-INSTALL = "pip install 'npbert[plot]'"
-
-
-def check_plot_path(path: Path) -> None:
-    """InputError unless path names a .png, .svg or .pdf (not a directory) in a directory
-    that exists, and matplotlib is there to draw it: before the analysis, not after."""
-    check_output_file(path, "{plot}", FORMATS)
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise InputError(f"{{plot}}: plotting needs matplotlib: {INSTALL}") from None
+FIGSIZE = (11.0, 12.0)  # inches, width x height: a PNG of 704 x 768 pixels at DPI
 
 
 def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str = "") -> None:
@@ -38,17 +24,9 @@ def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str =
     InputError (saying how to install it) when matplotlib, or the part of it this draws with,
     cannot be imported.
     """
-    check_plot_path(path)
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as error:
-        raise InputError(f"{{plot}}: plotting needs matplotlib ({error}): {INSTALL}") from None
-
+    figure = new_figure(path, FIGSIZE)
     table = np.asarray(table, dtype=np.float64)
     sinusoidal = sinusoidal_table(*table.shape)
-    figure = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
-    canvas = FigureCanvasAgg(figure)
     axes = figure.subplots(3, 2)
     figure.suptitle(
         f"{title or 'model'}: the {table.shape[0]} x {table.shape[1]} position table against "
@@ -60,20 +38,7 @@ def plot_positions(table: np.ndarray, figures: dict, path: Path, *, title: str =
     _similarity(figure, axes[1, 1], sinusoidal, "sinusoidal: cosine between positions")
     _by_distance(axes[2, 0], figures["tables"])
     _norms(axes[2, 1], figures["tables"]["model"]["norms"], figures["pretraining_length"])
-    if path.suffix.lower() == ".png":
-        write_atomically(path, lambda f: _save_png(canvas, f))
-    else:
-        write_atomically(path, lambda f: figure.savefig(f, format=path.suffix.lower()[1:]))
-
-
-def _save_png(canvas, file) -> None:
-    # A 256-colour PNG, quantized by Pillow (a dependency of matplotlib's): the heatmaps are
-    # noise to a compressor, and a true-colour PNG of them is three times the size.
-    from PIL import Image
-
-    canvas.draw()
-    pixels = np.asarray(canvas.buffer_rgba())[..., :3]
-    Image.fromarray(pixels).quantize(colors=256).save(file, format="PNG", optimize=True)
+    save_figure(figure, path)
 
 
 def _heatmap(figure, ax, table: np.ndarray, title: str) -> None:

@@ -11,6 +11,12 @@ import numpy as np
 from npbert import __version__
 
 
+def model_title(model) -> str:
+    """A figure's name for the model: a Hub repo id as given, a directory by its last two
+    parts (org/name, as the Hub names it)."""
+    return "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else str(model)
+
+
 def say(*parts) -> None:
     """print() to standard output, where a command's results go."""
     with on_stdout():

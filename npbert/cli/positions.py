@@ -1,10 +1,9 @@
 """npbert positions: the position table against the sinusoids."""
 
 import sys
-from pathlib import Path
 
 from npbert.cli.options import add_model, command, path
-from npbert.cli.output import say, to_json
+from npbert.cli.output import model_title, say, to_json
 from npbert.errors import InputError
 
 
@@ -47,8 +46,9 @@ def run_positions(args) -> int:
     """Print the analysis (or its JSON); with --plot, draw the figure first, then say so after
     the numbers."""
     import npbert
+    from npbert.analysis.figures import check_plot_path
     from npbert.analysis.positions import analyse
-    from npbert.analysis.positions_plot import check_plot_path, plot_positions
+    from npbert.analysis.positions_plot import plot_positions
     from npbert.analysis.positions_report import format_report
 
     if args.plot is not None:
@@ -64,8 +64,7 @@ def run_positions(args) -> int:
     figures = analyse(table, pretraining_length=length)
     figures = {"model": model, "model_type": config.model_type, "first_row": first, **figures}
     if args.plot is not None:  # drawn first: a file it cannot write leaves no report behind
-        title = "/".join(Path(model).parts[-2:]) if Path(model).is_dir() else model
-        plot_positions(table, figures, args.plot, title=title)
+        plot_positions(table, figures, args.plot, title=model_title(model))
     header = f"model: {model}\n"
     if first:  # as figures["first_row"] says in JSON
         header += (
