@@ -132,10 +132,26 @@ def deberta_unmasked(m):
     return result
 
 
-def projection_left_out(m):
+def projection_left_out(m, every_stage=False):
     result = made(tiny("tiny-albert"))
-    result.stages = {"projected": result.stages["embeddings"]}  # (B, L, E), not (B, L, H)
+    stages = result.stages if every_stage else {}
+    result.stages = stages | {"projected": result.stages["embeddings"]}  # (B, L, E), not H
     return result
+
+
+def rounded_before_projection(m):
+    """A mixed-precision port: the layer's output stored in bfloat16, projected in float32."""
+    result = made(tiny("tiny-albert"))
+    w, rounded = result.w, bfloat16(result.stages["embeddings"])
+    result.stages = {"projected": rounded @ w.projection_weight.T + w.projection_bias}
+    return result
+
+
+def counted_from_0(name: str):
+    """RoBERTa's or MPNet's positions as BERT's, 0..L-1 for every token, padding too."""
+    return made(
+        tiny(name), padded=True, positions=lambda p, mask: np.broadcast_to(np.arange(24), p.shape)
+    )
 
 
 # The entry to name first -> how a port makes it (given all-MiniLM-L6-v2, or a tiny one).
@@ -177,10 +193,17 @@ CASES = {
     "padding_rows_not_zeroed": deberta_unmasked,
     "word_scale": lambda m: made(tiny("tiny-big-bird")),  # rescale_embeddings left out
     "projection_left_out": projection_left_out,
+    "projection_left_out ": lambda m: projection_left_out(m, every_stage=True),
+    "output_narrowed_before_projection": rounded_before_projection,
+    "positions_offset  ": lambda m: counted_from_0("tiny-roberta"),
+    "positions_offset   ": lambda m: counted_from_0("tiny-mpnet"),
     "dropout_left_on": lambda m: made(m, then=dropout),
     "pooled": lambda m: made(m, padded=True, then=mean_pooled),
 }
-STAGES_ONLY = {"projection_left_out"}  # an .npy of (B, L, E) is the layer's own output
+STAGES_ONLY = {
+    "projection_left_out",
+    "projection_left_out ",
+}  # an .npy of (B, L, E) is the layer's own output
 
 
 def ids_offset(m):

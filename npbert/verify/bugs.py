@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npbert.layer.embedding import normalize, scale_shift, sinusoidal_table
+from npbert.layer.embedding import linear, normalize, scale_shift, sinusoidal_table
 from npbert.verify.candidates import to_bfloat16
 from npbert.verify.mutations import Case, after_sum, eps, rerun, tables
 
@@ -113,8 +113,13 @@ def position_offsets(case: Case):
         return
     start = first_position(case)
     offsets = {-start - 1, -start, -start + 1, start, *range(-4, 5)} - {0}
+    counted = None  # RoBERTa's numbered over every token, padding too, as a port's arange does
+    if case.config.positions == "padded" and case.mask is not None and not case.mask.all():
+        counted = np.arange(case.input_ids.shape[-1]) + start
     for k in sorted(offsets, key=abs):
         yield k, rerun(case, position_ids=positions + k)
+        if counted is not None:
+            yield k, rerun(case, position_ids=np.broadcast_to(counted + k, positions.shape).copy())
 
 
 def first_position(case: Case) -> int:
@@ -222,6 +227,24 @@ def word_scale(case: Case):
     other = 1.0 if scale != 1.0 else float(np.sqrt(case.config.hidden_size))
     config = dataclasses.replace(case.config, word_scale=other)
     yield other, rerun(case, dataclasses.replace(case.weights, config=config))
+
+
+def narrow_output_projected(case: Case):
+    """The layer's output rounded to float16 or bfloat16 before the projection, which is
+    computed in float32 from it (a mixed-precision port's stored activations)."""
+    if "projected" not in case.reference:
+        return
+    w = case.weights
+    for name, rounding in ROUNDINGS.items():
+        rounded = rounding(case.reference["embeddings"]).astype(np.float64)
+        yield (
+            name,
+            dict(case.reference)
+            | {
+                "embeddings": rounded,
+                "projected": linear(rounded, w.projection_weight, w.projection_bias),
+            },
+        )
 
 
 def projection_left_out(case: Case):
@@ -332,6 +355,12 @@ CATALOG = (
         "BigBird scales them by sqrt(H) exactly when rescale_embeddings is true: {expected:g}",
         word_scale,
         lambda case: case.config.word_scale,
+    ),
+    Bug(
+        "output_narrowed_before_projection",
+        "the layer's output rounded to {value} before the projection",
+        "keep the layer's output in float32 for the projection",
+        narrow_output_projected,
     ),
     Bug(
         "projection_left_out",

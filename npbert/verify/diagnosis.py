@@ -37,12 +37,13 @@ def fitted(bug: Bug, case: Case, candidate: dict, atols, rtol, batch, reference)
     than the reference is) and differs from the reference where the candidate is given."""
     best = None
     for value, stages in bug.mutants(case):
-        fit = None if stages is None else misfit(candidate, stages, atols, rtol, batch)
+        if stages is None or not lines_up(candidate, stages, atols, batch):
+            continue
+        fit = misfit(candidate, stages, atols, rtol, batch)
         if fit is None or (best is not None and fit[0] >= best[0]):
             continue
-        same = misfit(stages, case.reference, atols, rtol, batch, only=candidate)
-        if same is not None and same[0] <= 1:
-            continue  # the mutant is the reference here: it cannot be told
+        if is_reference(stages, case.reference, candidate, atols, rtol, batch):
+            continue  # it cannot be told from the reference here
         best = (*fit, value)
     if best is None or not (best[0] <= 1 or best[0] <= CLOSER * reference[0]):
         return None
@@ -57,6 +58,26 @@ def fitted(bug: Bug, case: Case, candidate: dict, atols, rtol, batch, reference)
         "within": bool(ratio <= 1),
         "misfit": ratio,
     }
+
+
+def lines_up(candidate: dict, stages: dict, atols: dict, batch) -> bool:
+    """Whether each stage the candidate gives that the mutant computes has a shape to compare
+    with it: a mutant that fits the output alone, where the candidate's projection has
+    another shape, is not its bug."""
+    given = (name for name in candidate if name in stages and name in atols)
+    return all(_align(name, candidate[name], stages[name], batch)[0] is not None for name in given)
+
+
+def is_reference(stages: dict, reference: dict, candidate: dict, atols, rtol, batch) -> bool:
+    """Whether the mutant is the reference where the candidate is given: of its shapes and
+    within tolerance of it (a projection left out is of another shape, and told apart)."""
+    shaped = all(
+        np.shape(stages[name]) == np.shape(reference[name])
+        for name in candidate
+        if name in stages and name in reference
+    )
+    same = misfit(stages, reference, atols, rtol, batch, only=candidate)
+    return shaped and same is not None and same[0] <= 1
 
 
 def misfit(candidate: dict, stages: dict, atols: dict, rtol: float, batch, only=None):
