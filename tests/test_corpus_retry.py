@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import TINY
@@ -46,15 +47,16 @@ def test_the_retry_a_refused_first_text_asks_for_works(tmp_path, capsys, exists,
     assert len(lengths) == 2 and lengths[0] == limit
 
 
+@pytest.mark.parametrize("out", ["a/b/out", "a/n/../out"])
 def test_a_directory_made_for_a_run_that_wrote_nothing_is_removed_with_its_parents(
-    tmp_path, capsys
+    tmp_path, capsys, monkeypatch, out
 ):
-    source, out = tmp_path / "long.txt", tmp_path / "a" / "b" / "out"
-    source.write_text(f"{LONG}\n")
-    (tmp_path / "a").mkdir()
-    assert embed(capsys, source, out)[0] == 2
+    monkeypatch.chdir(tmp_path)
+    Path("long.txt").write_text(f"{LONG}\n")
+    Path("a").mkdir()
+    assert embed(capsys, "long.txt", out)[0] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "long.txt"]
-    assert not any((tmp_path / "a").iterdir())  # made by the run: gone; there before: kept
+    assert not any(Path("a").iterdir())  # made by the run: gone; there before: kept
 
 
 def test_an_engine_that_cannot_be_imported_is_refused_before_anything_is_written(
@@ -75,26 +77,36 @@ KILLED_AT_FIRST_COMMIT = """
 import os, sys
 from npbert.cli import main
 from npbert.stream import corpus
-corpus.commit_shard = lambda *args, **kwargs: os._exit(9)  # as kill -9 there would
-sys.exit(main(sys.argv[1:]))
+commit = corpus.commit_shard
+def killed(*args, write):
+    if sys.argv[1] == "after":  # committed, the index not yet rewritten (once a second)
+        commit(*args, write=False)
+    os._exit(9)  # as kill -9 there would
+corpus.commit_shard = killed
+sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("retry", [[], ["--resume"], ["--dtype", "float16"],
                                    ["--dtype", "float16", "--resume"]])  # fmt: skip
-def test_a_run_killed_before_its_first_shard_is_no_obstacle_to_the_next(tmp_path, capsys, retry):
-    """kill -9 leaves what the run wrote at its start (its index, lock, pending files):
-    nothing of the input, so the next run, of any settings, takes the directory as empty."""
+def test_a_run_killed_before_its_index_lists_a_shard_is_no_obstacle_to_the_next(
+    tmp_path, capsys, retry, when
+):
+    """kill -9 leaves what the run wrote at its start (its index, lock, pending files), and
+    the shards committed in its first second, which the index does not list yet: nothing of
+    the input it says, so the next run, of any settings, takes the directory as empty."""
     source, out = tmp_path / "c.txt", tmp_path / "out"
     source.write_text("\n".join(corpus_lines(30, longest=20)) + "\n")
     argv = ["embed", "--input", source, "--out", out, "--model", TINY, "--quiet"]
     killed = subprocess.run(
-        [sys.executable, "-c", KILLED_AT_FIRST_COMMIT, *map(str, argv)],
+        [sys.executable, "-c", KILLED_AT_FIRST_COMMIT, when, *map(str, argv)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert killed.returncode == 9, killed.stderr
     assert {"index.json", ".npbert.lock"} <= {p.name for p in out.iterdir()}
     assert json.loads((out / "index.json").read_text())["shards"] == []
+    assert (out / "shard-00000.npy").exists() == (when == "after")
     code, err = embed(capsys, source, out, *retry)
     assert code == 0, err
     assert sum(1 for _ in read_corpus(out)) == 30
@@ -175,3 +187,41 @@ def test_read_corpus_refuses_an_index_that_disagrees_with_itself(tmp_path, edit,
         list(read_corpus(out))
     assert problem in caught.value.problem and caught.value.path == out / "index.json"
     assert str(caught.value).startswith(f"read_corpus: {out / 'index.json'} ")
+
+
+def test_resume_refuses_an_index_whose_counts_were_made_to_agree_without_a_shard(tmp_path, capsys):
+    """Its last shard dropped, its totals and consumed texts made to agree: --resume embedded
+    nothing more and said it was complete, with the dropped shard's texts missing (and its
+    files deleted)."""
+    source, out = tmp_path / "c.txt", tmp_path / "out"
+    source.write_text("".join(f"text number {i}\n" for i in range(40)))
+    assert embed(capsys, source, out, "--shard-bytes", "100")[0] == 0
+    index = json.loads((out / "index.json").read_text())
+    dropped = index["shards"].pop()
+    for key in ("texts", "tokens"):
+        index[key] -= dropped[key]
+    index["consumed"]["texts"] -= dropped["texts"]  # its bytes and hash as they were
+    (out / "index.json").write_text(json.dumps(index))
+    code, err = embed(capsys, source, out, "--shard-bytes", "100", "--resume")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"says its shards hold {index['texts']} texts, and the input's bytes" in err
+    assert (out / f"{dropped['name']}.npy").exists()  # nothing removed
+
+
+def test_a_ray_address_where_no_ray_cluster_answers_is_refused_at_once(tmp_path, capsys):
+    """A web server on the port: ray.init retried for minutes, logging each try."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        source, out = tmp_path / "c.txt", tmp_path / "out"
+        source.write_text("one\n")
+        address = f"127.0.0.1:{server.server_address[1]}"
+        started = time.monotonic()
+        code, err = embed(capsys, source, out, "--engine", "ray", "--address", address)
+    finally:
+        server.shutdown()
+    assert code == 2 and f"{address} answers, but not as a Ray cluster" in err, err
+    assert time.monotonic() - started < 30 and not out.exists()

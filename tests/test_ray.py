@@ -281,6 +281,46 @@ def test_sigterm_stops_a_ray_run_as_it_stops_the_local_one(cluster, corpus, tmp_
 
 
 @pytest.mark.slow
+def test_a_closed_terminal_stops_a_ray_run_it_started_as_sighup_does(corpus, tmp_path):
+    """SIGHUP to the whole process group, as a closed terminal sends it: the cluster the run
+    started here died of it and took the run down (exit 1, its lock and pending files left).
+    Now they ignore it, and the run says so in one line, 129, and cleans up."""
+    directory, _ = corpus
+    out = tmp_path / "r"
+    command = [sys.executable, "-m", "npbert.cli", "embed", "--input", str(directory / "c.jsonl"),
+               "--out", str(out), "--model", str(_minilm()), "--shard-bytes", "8000",
+               "--engine", "ray", "--workers", "2", "--quiet"]  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and process.poll() is None and committed(out) < 1:
+            time.sleep(0.01)
+        os.killpg(process.pid, signal.SIGHUP)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert (process.returncode, err) == (129, b"npbert: hung up\n"), err.decode()[-2000:]
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+    deadline = time.monotonic() + 30  # the cluster it started, shut down with it
+    while time.monotonic() < deadline and group(process.pid):
+        time.sleep(0.2)
+    assert group(process.pid) == []
+
+
+def group(pgid: int) -> list[int]:
+    """The processes of a process group still running (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow
 def test_ctrl_c_stops_a_ray_run_in_one_line_and_it_resumes(cluster, corpus, tmp_path):
     """As the command runs it (`python -m npbert`, the console script's entry point): exit 130
     and one line, each time. Ray crashed the process as it ended in 3 of 10 runs (139), and in

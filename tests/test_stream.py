@@ -220,9 +220,11 @@ def test_interrupted_run_leaves_complete_shards_and_resumes(tmp_path, minilm_dir
         assert len(rows) == shard["tokens"] == np.load(out / f"{shard['name']}.lengths.npy").sum()
 
     again = cli(*args)
-    assert again.returncode == 2 and "pass --resume" in again.stderr
-    resumed = cli(*args, "--resume")
-    assert resumed.returncode == 0, resumed.stderr
+    if index["shards"]:
+        assert again.returncode == 2 and "pass --resume" in again.stderr
+        again = cli(*args, "--resume")
+    # else the index lists none yet: the shards it does not list count as nothing
+    assert again.returncode == 0, again.stderr
     assert json.loads((out / "index.json").read_text())["texts"] == len(lines)
     clean = cli(*args[:4], tmp_path / "clean", *args[5:])
     assert clean.returncode == 0

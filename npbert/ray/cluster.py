@@ -67,14 +67,15 @@ def connect(ray, address: str | None) -> bool:
     # back: Ray's then stops its processes.
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        ray.init(
-            # "local" starts one here even where `ray start` left a cluster to join
-            address=joining or "local",
-            num_cpus=None if joining else cpus(),  # a cluster's own, when joining one
-            include_dashboard=False,
-            log_to_driver=False,  # the actors' logs stay in the cluster's log files
-            logging_level=logging.ERROR,
-        )
+        with hangups_ignored():
+            ray.init(
+                # "local" starts one here even where `ray start` left a cluster to join
+                address=joining or "local",
+                num_cpus=None if joining else cpus(),  # a cluster's own, when joining one
+                include_dashboard=False,
+                log_to_driver=False,  # the actors' logs stay in the cluster's log files
+                logging_level=logging.ERROR,
+            )
     except BaseException as error:
         init_failed(ray, error, joining, sigterm)
     _put_back(sigterm)
@@ -82,6 +83,26 @@ def connect(ray, address: str | None) -> bool:
     # one line (WorkerLost).
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     return True
+
+
+@contextmanager
+def hangups_ignored():
+    """SIGHUP ignored while ray.init starts the cluster's processes, which keep it ignored (as
+    the processes they start do): a closed terminal sends SIGHUP to the whole process group,
+    and Ray's processes, dying of it, took the run down before it could stop as SIGHUP stops
+    it ("npbert: hung up", exit 129, its lock and pending files removed). This process's own
+    handling of it is put back after; in another thread, or with a handler set outside
+    Python, nothing is changed."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGHUP) if main else None
+    if previous is None:
+        yield
+        return
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def init_failed(ray, error: BaseException, joining: str | None, sigterm) -> NoReturn:
@@ -127,9 +148,10 @@ def cluster_address(address: str | None) -> str | None:
 
 
 def check_address(address: str | None) -> None:
-    """InputError unless something listens at a host:port address. Ray retries a cluster it
-    cannot reach for minutes, logging every try, and then ends the process; a TCP connection
-    refused or timed out says it at once. "auto" and "scheme://..." (but http) are Ray's."""
+    """InputError unless a Ray cluster's GCS (a gRPC server) listens at a host:port address.
+    Ray retries a cluster it cannot reach for minutes, logging every try, and then ends the
+    process; a TCP connection refused or timed out, or a server that is not gRPC, says it at
+    once. "auto" and "scheme://..." (but http) are Ray's."""
     web = address is not None and address.startswith(("http://", "https://"))  # Ray refuses
     if address in (None, "auto") or ("://" in address and not web):  # ray://, a plugin's
         return
@@ -137,10 +159,39 @@ def check_address(address: str | None) -> None:
     if web or not host or not port.isdigit():
         raise InputError(f"Ray address {address!r}: give host:port, auto or ray://host:port")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()  # [::1]
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=10) as link:  # [::1]
+            answer = http2_answer(link)
     except OSError as error:
         reason = error.strerror or str(error) or type(error).__name__
         raise InputError(f"no Ray cluster answers at {address}: {reason}") from None
+    if answer[3:4] != SETTINGS:
+        raise InputError(
+            f"{address} answers, but not as a Ray cluster: its GCS speaks gRPC (HTTP/2), and this "
+            "did not (is it the port the head node printed as it started?)"
+        )
+
+
+# HTTP/2's client preface and an empty SETTINGS frame. A gRPC server, as Ray's GCS is, answers
+# with a SETTINGS frame (the 4th byte of its 9-byte header is the frame type, 4). Another
+# server (a web server, a database) on the port made ray.init retry for minutes and log each
+# try; Ray offers no check of this, so it is written out here.
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+SETTINGS = b"\x04"
+ANSWER_WAIT = 5.0  # seconds: a GCS answers at once
+
+
+def http2_answer(link: socket.socket) -> bytes:
+    """The first 9 bytes the server at `link` answers HTTP/2's preface with (fewer where it
+    closes or stays silent for ANSWER_WAIT seconds)."""
+    link.settimeout(ANSWER_WAIT)
+    link.sendall(PREFACE)
+    answer = b""
+    try:
+        while len(answer) < 9 and (data := link.recv(9 - len(answer))):
+            answer += data
+    except TimeoutError:
+        pass
+    return answer
 
 
 # Ray Data's batch iterator tells its threads to stop when it is closed, and does not wait

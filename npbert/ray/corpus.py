@@ -88,8 +88,8 @@ class EmbedChunks:
             )  # fmt: skip
         except InputError as error:
             self.unloaded = (
-                f"a Ray actor cannot load the model: {error.message} (the shards before are kept: "
-                "once every node can load it, run again with {resume=True})"
+                f"a Ray actor cannot load the model: {error.message} (any shards committed "
+                "before are kept: once every node can load it, run again with {resume=True})"
             )
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -197,8 +197,8 @@ class RayEngine:
             where = f" before {items[done]['name']}" if done < len(items) else ""
             raise WorkerLost(
                 f"a Ray actor or worker ended abruptly ({type(error).__name__}: killed, or out "
-                f"of memory?) and the run stopped{where}: the shards before it are kept; run "
-                "again with {resume=True}"
+                f"of memory?) and the run stopped{where}: any shards committed before it are "
+                "kept; run again with {resume=True}"
             ) from None
         finally:
             # Closed now, not by the garbage collector (the traceback of a Ctrl-C holds it):

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from npbert.errors import InputError
+from npbert.errors import DamagedCorpus, InputError
 from npbert.stream.parquet import parquet_file, parquet_rows, row_bytes
 
 BLOCK = 1 << 20  # bytes read at a time while checking a prefix
@@ -82,6 +82,20 @@ class Prefix:
     def __init__(self, done: dict | None):
         self.done = done
         self.left = done["bytes"] if done else 0
+        self.texts = done["texts"] if done else None  # to check once the prefix is read
+
+    def check_texts(self, texts: int) -> None:
+        """Once, where the prefix's bytes have been read (and hashed as they were): as many
+        texts in them as the index says its shards hold. An index whose counts were made to
+        agree without a shard would resume with its texts missing."""
+        if self.texts is not None and texts != self.texts:
+            problem = (
+                f"says its shards hold {self.texts:,} texts, and the input's bytes they were "
+                f"embedded from hold {texts:,}: its counts disagree"
+            )
+            raise DamagedCorpus(f"{{resume=True}}: its index {problem}; give a new directory",
+                                path=None, problem=problem)  # fmt: skip
+        self.texts = None
 
     def check(self, consumed: Consumed) -> None:
         """At the end of the prefix (or of the input): the same bytes as before, else refuse."""
@@ -105,10 +119,14 @@ def chunks(files: list[tuple[str, str]], shard_bytes: int, done: dict | None = N
     for path, input_format in files:
         consumed.start_file(path, input_format)
         if input_format == "parquet":
-            yield from _parquet_chunks(path, shard_bytes, consumed, prefix)
+            pieces = _parquet_chunks(path, shard_bytes, consumed, prefix)
         else:
-            yield from _line_chunks(path, input_format, shard_bytes, consumed, prefix)
+            pieces = _line_chunks(path, input_format, shard_bytes, consumed, prefix)
+        for chunk in pieces:
+            prefix.check_texts(chunk.consumed["texts"] - chunk.texts)  # the texts before it
+            yield chunk
     prefix.check(consumed)  # the input ended inside the prefix
+    prefix.check_texts(consumed.texts)
 
 
 def _line_chunks(path: str, input_format: str, shard_bytes: int, consumed, prefix):

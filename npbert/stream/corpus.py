@@ -32,6 +32,7 @@ from npbert.stream.index import (
     index_header,
     read_index,
     remove_pending,
+    remove_unlisted,
     start_index,
     write_index,
     writing,
@@ -89,7 +90,7 @@ def run_job(
     directory = Path(directory)
     files = input_files(header["input"], settings.input_format)
     check_out(directory, settings.resume)  # before writing() leaves its lock in one not ours
-    made = [path for path in (directory, *directory.parents) if not path.exists()]
+    made = missing(directory)
     try:
         with writing(directory):
             return embed_shards(directory, header, files, engine, settings)
@@ -101,6 +102,13 @@ def run_job(
                 break
 
 
+def missing(directory: Path) -> list[Path]:
+    """The directories that making `directory` with its parents makes, deepest first (in
+    nd/../out: out and nd, not "nd/..")."""
+    prefixes = [Path(*directory.parts[:n]) for n in range(1, len(directory.parts) + 1)]
+    return [p for p in reversed(prefixes) if p.name not in ("", "..") and not p.exists()]
+
+
 def embed_shards(
     directory: Path, header: dict, files: list, engine: Engine, settings: CorpusSettings
 ) -> dict:
@@ -108,15 +116,15 @@ def embed_shards(
     (its first texts refused, stopped before) removes its index: the retry its error asks for
     (other settings, a Ray engine installed) starts anew, as in an empty directory."""
     index = start_index(directory, header, settings.resume)
-    pieces, start = chunks_after(files, settings.shard_bytes, index["consumed"])
-    bar = Progress(settings.progress, total_size(files), start)
-    first = len(index["shards"])
-    named = ((f"shard-{n:05d}", chunk) for n, chunk in enumerate(pieces, first))
-    try:
-        commit_all(directory, index, engine(directory, named), bar)
+    try:  # from here on, a stop or an error ends in the cleanup below
+        pieces, start = chunks_after(files, settings.shard_bytes, index["consumed"])
+        first = len(index["shards"])
+        remove_unlisted(directory, first)  # now that the input agrees with what it lists
+        named = ((f"shard-{n:05d}", chunk) for n, chunk in enumerate(pieces, first))
+        with closing(Progress(settings.progress, total_size(files), start)) as bar:
+            commit_all(directory, index, engine(directory, named), bar)
         index["complete"] = True
     finally:
-        bar.close()
         remove_pending(directory)
         if index["shards"] or index["complete"]:
             write_index(directory, index)  # the shards committed, on an interruption too

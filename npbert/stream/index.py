@@ -218,11 +218,15 @@ def check_out(directory: Path, resume: bool) -> None:
 
 def held_files(directory: Path) -> list[str]:
     """The names of what `directory` holds but a run's leftovers: its lock, pending files and
-    temporaries, and an index that lists no shard (is_unstarted)."""
+    temporaries, and an index that lists no shard (is_unstarted) with the shards it does not
+    list (committed in the second before a kill -9 or a full disk, the index not yet
+    rewritten: a resumed run removes them, remove_unlisted)."""
     if not directory.exists():
         return []
     present = sorted(p.name for p in directory.iterdir() if p.name != LOCK and not is_pending(p))
-    return [] if present == [INDEX] and is_unstarted(directory) else present
+    if INDEX in present and is_unstarted(directory):
+        return [name for name in present if name != INDEX and not COMMITTED.fullmatch(name)]
+    return present
 
 
 def is_unstarted(directory: Path) -> bool:
@@ -263,8 +267,7 @@ def start_index(directory: Path, header: dict, resume: bool) -> dict:
                     f"{INDEX} lists: give a new directory"
                 )
         read_shard(directory, shard, index, "{resume=True}")
-    remove_pending(directory)
-    remove_unlisted(directory, len(index["shards"]))
+    remove_pending(directory)  # the shards it does not list go once the input is checked
     return index
 
 

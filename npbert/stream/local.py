@@ -70,7 +70,8 @@ class LocalEngine:
             stopped = f" before {in_flight[0][0]}" if in_flight else ""
             raise WorkerLost(
                 "a worker process ended abruptly (killed, or out of memory?) and the run "
-                f"stopped{stopped}: the shards before it are kept; run again with {{resume=True}}"
+                f"stopped{stopped}: any shards committed before it are kept; run again with "
+                "{resume=True}"
             ) from None
 
 

@@ -68,7 +68,7 @@ def out_of_memory(name: str, chunk: Chunk) -> WorkerLost:
     """What stops the run when a worker (or a Ray actor) had no memory for a shard."""
     return WorkerLost(
         f"a worker ran out of memory embedding {name} ({chunk.texts:,} texts, "
-        f"{chunk.size:,} bytes of input) and the run stopped: the shards before it are "
+        f"{chunk.size:,} bytes of input) and the run stopped: any shards committed before it are "
         "kept; run again with {resume=True}, with a smaller {shard_bytes} or more memory"
     )
 
