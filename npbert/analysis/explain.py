@@ -294,6 +294,8 @@ def explain_texts(weights: EmbeddingWeights, texts: list[tuple]) -> tuple[str, b
     """(the walk-through of each text in turn, then what they share; whether embed() equals
     the steps for every one). texts: (tokens, input_ids, token_type_ids, attention_mask,
     position_ids) each, as explain takes them."""
+    if not texts:
+        raise InputError("explain_texts: no text to walk through")
     parts, equal, walked = [], True, []
     for number, (tokens, *inputs) in enumerate(texts, start=1):
         text, same = explain(weights, tokens, *inputs)
