@@ -183,11 +183,15 @@ ANSWER_WAIT = 5.0  # seconds: a GCS answers at once
 def http2_answer(link: socket.socket) -> bytes:
     """The first 9 bytes the server at `link` answers HTTP/2's preface with (fewer where it
     closes or stays silent for ANSWER_WAIT seconds)."""
+    deadline = time.monotonic() + ANSWER_WAIT  # in all: a server may trickle a byte at a time
     link.settimeout(ANSWER_WAIT)
     link.sendall(PREFACE)
     answer = b""
     try:
-        while len(answer) < 9 and (data := link.recv(9 - len(answer))):
+        while len(answer) < 9 and (left := deadline - time.monotonic()) > 0:
+            link.settimeout(left)
+            if not (data := link.recv(9 - len(answer))):
+                break
             answer += data
     except TimeoutError:
         pass
