@@ -300,3 +300,12 @@ def test_the_cli_says_the_diagnosis_and_lists_it_in_json(tmp_path, capsys, minil
     diagnosis = json.loads(capsys.readouterr().out)["diagnosis"]
     assert diagnosis[0]["name"] == "layer_norm_eps" and diagnosis[0]["value"] == 1e-5
     assert diagnosis[0]["says"].startswith(said) and diagnosis[0]["residual"] < 1e-5
+
+
+def test_a_candidate_of_another_shape_wrong_in_another_way_too_gets_no_diagnosis():
+    """A projected output of the layer's width, and off besides: no mutant of its shape fits,
+    and the reference, of another shape, has no distance to be far closer than."""
+    result = projection_left_out(None)
+    result.stages = {"projected": result.stages["projected"] + np.float32(0.3)}
+    names, report = diagnosis(result, result.stages)
+    assert not report["ok"] and names == []

@@ -17,7 +17,7 @@ from npbert.verify.mutations import Case
 # float16, say, is not within float32's tolerance of any mutant computed in float64.
 CLOSER = 0.02
 
-# Dropout's share of zeros, and how far the share seen may be from the p its scale gives.
+# The share of an output's values that dropout's zeros may be (p of 0.01 to 0.9).
 DROPOUT_SHARE = (0.01, 0.9)
 
 
@@ -45,7 +45,8 @@ def fitted(bug: Bug, case: Case, candidate: dict, atols, rtol, batch, reference)
         if is_reference(stages, case.reference, candidate, atols, rtol, batch):
             continue  # it cannot be told from the reference here
         best = (*fit, value)
-    if best is None or not (best[0] <= 1 or best[0] <= CLOSER * reference[0]):
+    far_closer = best is not None and reference is not None and best[0] <= CLOSER * reference[0]
+    if best is None or not (best[0] <= 1 or far_closer):  # (reference None: of other shapes)
         return None
     ratio, residual, value = best
     what = bug.what.format(value=value)
