@@ -194,6 +194,13 @@ def explain(
     token_type_ids (as the tokenizer gave them), attention_mask and position_ids (None: the
     family's), (L,) int each. tokens None: ids alone, from no tokenizer; rows are labelled
     with their ids."""
+    text, equal, _ = walk(weights, tokens, input_ids, token_type_ids, attention_mask, position_ids)
+    return text, equal
+
+
+def walk(weights, tokens, input_ids, token_type_ids, attention_mask, position_ids) -> tuple:
+    """explain's (text, equal), and the text as the layer took it (Walked: its inputs with
+    the family's defaults, its stages), for what several texts share (explain_texts)."""
     config = weights.config
     types = token_type_ids if config.type_vocab_size else None
     args = (weights, input_ids, types, position_ids)
@@ -208,9 +215,17 @@ def explain(
     shown = _kept(len(input_ids), _changes(types, used.attention_mask))
     final = stages.get("projected", stages["embeddings"])
     diff, bad, bound = _distance(final, embed(*args, **kwargs))
+    lines = _walk_lines(weights, tokens, inputs, stages, shown)
+    every = None if positions is None else np.broadcast_to(positions, input_ids.shape)  # (L,)
+    walked = Walked(tokens, input_ids, types, every, stages)
+    return "\n".join([*lines, "", *_check(diff, bad, bound)]), diff <= bound, walked
 
+
+def _walk_lines(weights, tokens, inputs: dict, stages: dict, shown: list) -> list[str]:
+    """The walk-through's lines: the formula, the ids' table, then a titled step a stage."""
+    config, input_ids = weights.config, inputs["input_id"]
     labels = [f"{i:>3} {token}" for i, token in enumerate(tokens or input_ids)]
-    titles = stage_titles(weights, stages, types, positions)
+    titles = stage_titles(weights, stages, inputs["token_type_id"], inputs["position_id"])
     lines = [
         f"{config.model_type}'s embedding layer, step by step: {len(input_ids)} tokens, width "
         f"{_widths(config)}",
@@ -221,7 +236,7 @@ def explain(
     ]
     for step, (title, matrix) in enumerate(_steps(config, stages, titles), start=2):
         lines += ["", *_rows(f"{step}. {title}", labels, matrix, shown)]
-    return "\n".join([*lines, "", *_check(diff, bad, bound)]), diff <= bound
+    return lines
 
 
 def _steps(config, stages: dict, titles: dict) -> list[tuple[str, np.ndarray | None]]:
@@ -297,24 +312,10 @@ def explain_texts(weights: EmbeddingWeights, texts: list[tuple]) -> tuple[str, b
     if not texts:
         raise InputError("explain_texts: no text to walk through")
     parts, equal, walked = [], True, []
-    for number, (tokens, *inputs) in enumerate(texts, start=1):
-        text, same = explain(weights, tokens, *inputs)
+    for number, inputs in enumerate(texts, start=1):
+        text, same, one = walk(weights, *inputs)
         parts.append(text if len(texts) == 1 else f"Text {number}\n\n{text}")
         equal &= same
-        walked.append(walk(weights, tokens, *inputs))
+        walked.append(one)
     rule = "\n\n" + "-" * 72 + "\n\n"
     return "\n".join([rule.join(parts), *shared_lines(weights.config, walked)]), equal
-
-
-def walk(weights, tokens, input_ids, token_type_ids, attention_mask, position_ids) -> Walked:
-    """One text's inputs as the layer takes them, and its stages."""
-    config = weights.config
-    types = token_type_ids if config.type_vocab_size else None
-    used = prepare_inputs(config, input_ids, types, position_ids, attention_mask)
-    stages = embed_stages(weights, input_ids, types, position_ids, attention_mask, project=True)
-    positions = (
-        None
-        if used.position_ids is None
-        else np.broadcast_to(used.position_ids, used.input_ids.shape)
-    )
-    return Walked(tokens, used.input_ids, used.token_type_ids, positions, stages)

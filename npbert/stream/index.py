@@ -220,7 +220,7 @@ def held_files(directory: Path) -> list[str]:
     """The names of what `directory` holds but a run's leftovers: its lock, pending files and
     temporaries, and an index that lists no shard (is_unstarted) with the shards it does not
     list (committed in the second before a kill -9 or a full disk, the index not yet
-    rewritten: a resumed run removes them, remove_unlisted)."""
+    rewritten: the next run removes them, remove_unlisted)."""
     if not directory.exists():
         return []
     present = sorted(p.name for p in directory.iterdir() if p.name != LOCK and not is_pending(p))
@@ -247,16 +247,23 @@ def is_unstarted(directory: Path) -> bool:
 
 
 def start_index(directory: Path, header: dict, resume: bool) -> dict:
-    """A new index, or when resuming the existing one after checking it is the same job."""
+    """A new index, or when resuming the existing one after checking it is the same job. The
+    shards it does not list are removed by the run once the input agrees (remove_unlisted)."""
     check_out(directory, resume)  # again, now that no other run writes it
     if not (directory / INDEX).exists() or is_unstarted(directory):  # see check_out
-        remove_pending(directory)
-        remove_unlisted(directory, 0)  # an unstarted run's, killed as it committed its first
         index = {**header, "shards": [], "texts": 0, "tokens": 0, "complete": False}
         index["consumed"] = Consumed().state()  # nothing yet
         write_index(directory, index)
-        return index
-    index = read_index(directory, "{resume=True}")
+    else:
+        index = read_index(directory, "{resume=True}")
+        check_resumed(directory, index, header)
+    remove_pending(directory)
+    return index
+
+
+def check_resumed(directory: Path, index: dict, header: dict) -> None:
+    """InputError unless the index is of this job, agrees with itself, and its shards are
+    whole: a damaged index would resume at the wrong place."""
     check_same_job(directory, index, header)
     check_index(index, directory / INDEX, "{resume=True}", "give a new directory", resuming=True)
     for shard in index["shards"]:
@@ -267,8 +274,6 @@ def start_index(directory: Path, header: dict, resume: bool) -> dict:
                     f"{INDEX} lists: give a new directory"
                 )
         read_shard(directory, shard, index, "{resume=True}")
-    remove_pending(directory)  # the shards it does not list go once the input is checked
-    return index
 
 
 def check_same_job(directory: Path, index: dict, header: dict) -> None:
