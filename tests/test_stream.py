@@ -288,6 +288,13 @@ def _running(tmp_path, minilm_dir) -> tuple[subprocess.Popen, Path]:
     return process, out
 
 
+def _lists_a_shard(index: Path) -> bool:
+    try:
+        return bool(json.loads(index.read_text())["shards"])
+    except (OSError, ValueError, KeyError):  # between writes
+        return False
+
+
 @pytest.mark.slow
 def test_a_run_on_a_directory_another_run_is_writing_is_refused(tmp_path, minilm_dir):
     """Two runs on one --out (or a --resume while the first runs) each removed the other's
@@ -303,6 +310,10 @@ def test_a_run_on_a_directory_another_run_is_writing_is_refused(tmp_path, minilm
         while time.monotonic() < deadline and not (out / "index.json").exists():
             time.sleep(0.01)
         second = cli(*args, "--resume", timeout=120)
+        # A run whose index lists no shard yet counts as empty (a retry may start afresh), and
+        # then only the lock refuses; once a shard is listed, the non-empty --out speaks first.
+        while time.monotonic() < deadline and not _lists_a_shard(out / "index.json"):
+            time.sleep(0.01)
         fresh = cli(*args, timeout=120)
         _, stderr = first.communicate(timeout=300)
     finally:
