@@ -73,6 +73,9 @@ from transformers import (
     BigBirdTokenizer,
     CamembertForMaskedLM,
     CamembertTokenizer,
+    ConvBertForMaskedLM,
+    ConvBertTokenizer,
+    Data2VecTextForMaskedLM,
     DebertaModel,
     DebertaTokenizer,
     DebertaV2ForMaskedLM,
@@ -84,27 +87,49 @@ from transformers import (
     ErnieModel,
     FunnelBaseModel,
     FunnelTokenizer,
+    GteModel,
+    IBertForMaskedLM,
+    JinaEmbeddingsV3Model,
     LongformerModel,
+    LukeModel,
+    MegatronBertModel,
     ModernBertForMaskedLM,
     MPNetModel,
     MPNetTokenizer,
+    MraModel,
     NomicBertForMaskedLM,
+    NystromformerModel,
     PreTrainedTokenizerFast,
+    RemBertModel,
     RobertaForMaskedLM,
+    RobertaPreLayerNormForMaskedLM,
     RobertaTokenizer,
     RoFormerModel,
+    SplinterModel,
     SqueezeBertForMaskedLM,
     SqueezeBertTokenizer,
     XLMRobertaModel,
     XLMRobertaTokenizer,
+    XLMRobertaXLModel,
+    XmodModel,
+    YosoModel,
 )
 from transformers.models.bert.modeling_bert import BertEmbeddings
+from transformers.models.bert_generation import BertGenerationEncoder
 from transformers.models.camembert.modeling_camembert import CamembertEmbeddings
+from transformers.models.data2vec.modeling_data2vec_text import Data2VecTextEmbeddings
 from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
+from transformers.models.ibert import modeling_ibert
 from transformers.models.longformer import modeling_longformer
+from transformers.models.luke import modeling_luke
 from transformers.models.mpnet import modeling_mpnet
 from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
+from transformers.models.roberta_prelayernorm.modeling_roberta_prelayernorm import (
+    RobertaPreLayerNormEmbeddings,
+)
 from transformers.models.xlm_roberta.modeling_xlm_roberta import XLMRobertaEmbeddings
+from transformers.models.xlm_roberta_xl.modeling_xlm_roberta_xl import XLMRobertaXLEmbeddings
+from transformers.models.xmod.modeling_xmod import XmodEmbeddings
 
 from npbert.verify.vectors import SEEDS  # the seeds' sentences
 
@@ -364,7 +389,7 @@ class Family:
     tokenizer: TokenizerSpec | None
     order: tuple[str, ...]
     formula: str
-    norm: str = "LayerNorm"  # the module's norm attribute
+    norm: str | None = "LayerNorm"  # the module's norm attribute; None: no norm
     word_attr: str = "word_embeddings"
     derive_positions: Callable | None = None  # transformers' own rule, where positions derive
     scale_word: bool = False  # BigBird's rescale_embeddings: W * sqrt(H)
@@ -372,6 +397,7 @@ class Family:
     projection: str | None = None  # on the base model, applied after the module
     ids_from_tokenizer: bool = False  # special ids sit after the trained BPE: ask the tokenizer
     norm_scale: float = 1.0  # gamma drawn this many times larger: outputs of that size
+    types_given: bool = False  # the module fails without token_type_ids: pass zeros (LUKE)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def has(self, lookup: str) -> bool:
@@ -386,6 +412,9 @@ FAMILY_WORDPIECES = [
 ]
 WORDPIECE = TokenizerSpec(BertTokenizer, "wordpiece", BERT_SPECIALS)
 BPE_ROBERTA = TokenizerSpec(RobertaTokenizer, "bpe", ("<s>", "<pad>", "</s>", "<unk>"), ("<mask>",))
+XLMR_UNIGRAM = TokenizerSpec(
+    XLMRobertaTokenizer, "unigram", ("<s>", "<pad>", "</s>", "<unk>"), ("<mask>",)
+)
 FAMILIES = (
     Family(
         "ernie",
@@ -417,9 +446,7 @@ FAMILIES = (
         "xlm-roberta",
         XLMRobertaModel,
         {**ROBERTA_SIZES, "type_vocab_size": 1},
-        TokenizerSpec(
-            XLMRobertaTokenizer, "unigram", ("<s>", "<pad>", "</s>", "<unk>"), ("<mask>",)
-        ),
+        XLMR_UNIGRAM,
         ("word", "token_type", "position"),
         "LN((W + T) + P)",
         derive_positions=XLMRobertaEmbeddings.create_position_ids_from_input_ids,
@@ -675,6 +702,177 @@ FAMILIES = (
         "emb_ln(W + T)",
         norm="emb_ln",
     ),
+    # --- issue 45: the rest of the family -------------------------------------------------
+    *(
+        Family(
+            name,
+            model_class,
+            {**ROBERTA_SIZES, "type_vocab_size": 1, **extra},
+            tokenizer,
+            ("word", "token_type", "position"),
+            "LN((W + T) + P)",
+            derive_positions=derive,
+            notes=notes,
+        )
+        for name, model_class, tokenizer, derive, extra, notes in (
+            (
+                "data2vec-text",
+                Data2VecTextForMaskedLM,
+                BPE_ROBERTA,
+                Data2VecTextEmbeddings.create_position_ids_from_input_ids,
+                {},
+                (),
+            ),
+            (
+                "xmod",
+                XmodModel,
+                XLMR_UNIGRAM,
+                XmodEmbeddings.create_position_ids_from_input_ids,
+                {"languages": ["en_XX"], "default_language": "en_XX"},
+                (),
+            ),
+            (
+                "roberta-prelayernorm",
+                RobertaPreLayerNormForMaskedLM,
+                BPE_ROBERTA,
+                RobertaPreLayerNormEmbeddings.create_position_ids_from_input_ids,
+                {},
+                (),
+            ),
+            (
+                "ibert",
+                IBertForMaskedLM,
+                BPE_ROBERTA,
+                modeling_ibert.create_position_ids_from_input_ids,
+                {"quant_mode": False},
+                (
+                    "quant_mode false: QuantEmbedding, QuantAct and IntLayerNorm compute in "
+                    "floats; the module returns (embeddings, None)",
+                ),
+            ),
+        )
+    ),
+    Family(
+        "luke",
+        LukeModel,
+        {**ROBERTA_SIZES, "type_vocab_size": 1, "entity_vocab_size": 8, "entity_emb_size": 16},
+        None,
+        ("word", "position", "token_type"),
+        "LN((W + P) + T), the word path (LukeModel.embeddings)",
+        derive_positions=modeling_luke.create_position_ids_from_input_ids,
+        types_given=True,
+        notes=(
+            "no tokenizer: LukeTokenizer needs an entity vocabulary; random ids",
+            "LukeEmbeddings without token_type_ids reads self.position_ids, which it lacks "
+            "(AttributeError); LukeModel passes zeros, and so does the defaults case",
+        ),
+    ),
+    Family(
+        "splinter",
+        SplinterModel,
+        {**BERT_SIZES, "type_vocab_size": 2, "question_token_id": 5},
+        None,
+        ("word", "token_type", "position"),
+        "LN((W + T) + P)",
+        notes=("no tokenizer: SplinterTokenizer lays pairs out around [QUESTION]; random ids",),
+    ),
+    Family(
+        "bert-generation",
+        BertGenerationEncoder,
+        {**BERT_SIZES, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3},
+        None,
+        ("word", "position"),
+        "LN(W + P)",
+        notes=("no tokenizer: BertGenerationTokenizer is a sentencepiece model; random ids",),
+    ),
+    Family(
+        "convbert",
+        ConvBertForMaskedLM,
+        {**BERT_SIZES, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0},
+        TokenizerSpec(ConvBertTokenizer, "wordpiece", BERT_SPECIALS),
+        ("word", "position", "token_type"),
+        "LN((W + P) + T) at E; embeddings_project (E -> H, bias) after, where E != H",
+        projection="embeddings_project",
+    ),
+    Family(
+        "rembert",
+        RemBertModel,
+        {
+            **BERT_SIZES,
+            "input_embedding_size": 16,
+            "output_embedding_size": 16,
+            "type_vocab_size": 2,
+            "bos_token_id": 2,
+            "eos_token_id": 3,
+        },
+        None,
+        ("word", "token_type", "position"),
+        "LN((W + T) + P) at E; encoder.embedding_hidden_mapping_in (E -> H, bias) after",
+        projection="encoder.embedding_hidden_mapping_in",
+        notes=("no tokenizer: RemBertTokenizer's sentencepiece model; random ids",),
+    ),
+    *(
+        Family(
+            name,
+            model_class,
+            {**BERT_SIZES, "type_vocab_size": 2, "pad_token_id": 0, **extra},
+            WORDPIECE,
+            ("word", "token_type", "position"),
+            "LN((W + T) + P), positions 2..L+1 (the module's position_ids buffer)",
+        )
+        for name, model_class, extra in (
+            (
+                "nystromformer",
+                NystromformerModel,
+                {"num_landmarks": 4, "segment_means_seq_len": FULL_LENGTH, "layer_norm_eps": 1e-5},
+            ),
+            ("yoso", YosoModel, {}),
+            ("mra", MraModel, {"block_per_row": 2, "approx_mode": "full"}),
+        )
+    ),
+    Family(
+        "megatron-bert",
+        MegatronBertModel,
+        {**BERT_SIZES, "type_vocab_size": 2},
+        WORDPIECE,
+        ("word", "token_type", "position"),
+        "(W + T) + P, no norm",
+        norm=None,
+    ),
+    Family(
+        "xlm-roberta-xl",
+        XLMRobertaXLModel,
+        {**ROBERTA_SIZES, "type_vocab_size": 1},
+        XLMR_UNIGRAM,
+        ("word", "token_type", "position"),
+        "(W + T) + P, no norm",
+        norm=None,
+        derive_positions=XLMRobertaXLEmbeddings.create_position_ids_from_input_ids,
+    ),
+    Family(
+        "gte",
+        GteModel,
+        {**BERT_SIZES, "type_vocab_size": 2, "pad_token_id": 0},
+        WORDPIECE,
+        ("word", "token_type"),
+        "LN(W + T)",
+    ),
+    Family(
+        "gte-no-types",
+        GteModel,
+        {**BERT_SIZES, "type_vocab_size": 0, "pad_token_id": 0},
+        WORDPIECE,
+        ("word",),
+        "LN(W): type_vocab_size 0, no token-type table",
+    ),
+    Family(
+        "jina-embeddings-v3",
+        JinaEmbeddingsV3Model,
+        {**ROBERTA_SIZES, "type_vocab_size": 1},
+        XLMR_UNIGRAM,
+        ("word", "token_type"),
+        "LN(W + T)",
+    ),
 )
 
 
@@ -880,7 +1078,8 @@ def build_checkpoint(family: Family) -> Path:
             sizes |= {"sep_token_id": sep, "bos_token_id": cls, "eos_token_id": sep}
         config = family.model_class.config_class(**family.config, **sizes)
         model = family.model_class(config).eval()
-        randomize_norm(getattr(model.base_model.embeddings, family.norm), family.norm_scale)
+        if family.norm:
+            randomize_norm(getattr(model.base_model.embeddings, family.norm), family.norm_scale)
         if family.projection:
             randomize_bias(operator.attrgetter(family.projection)(model.base_model))
         model.save_pretrained(directory)
@@ -923,10 +1122,11 @@ def family_text_cases(tokenizer) -> dict[str, tuple[dict, dict]]:
     }
 
 
-def id_cases(rng: np.random.Generator, vocab_size: int, pad: int) -> dict[str, tuple[dict, dict]]:
+def id_cases(rng: np.random.Generator, vocab_size: int, pad: int, types: int):
     """For a family without a tokenizer: random non-pad ids shaped as a tokenizer lays out a
-    padded batch of three (the shortest in the middle), a pair, and a full-length sequence."""
-    lengths, pair_types = (11, 6, 7), [0] * 8 + [1] * 9
+    padded batch of three (the shortest in the middle), a pair (its second segment of token
+    type 1 where the model has two types), and a full-length sequence."""
+    lengths, pair_types = (11, 6, 7), [0] * 8 + [min(types - 1, 1)] * 9
     ids = rng.integers(pad + 1, vocab_size, size=(3, max(lengths)))
     mask = (np.arange(ids.shape[1]) < np.array(lengths)[:, None]).astype(np.int64)
     note = {"ids_only": "no tokenizer; random ids shaped like tokenizer output"}
@@ -982,6 +1182,8 @@ def module_kwargs(family: Family, case: str, offered: dict) -> dict[str, np.ndar
     for lookup, name in (("token_type", "token_type_ids"), ("position", "position_ids")):
         if family.has(lookup) and name in offered:
             kwargs[name] = offered[name]
+    if family.types_given and "token_type_ids" not in kwargs:
+        kwargs["token_type_ids"] = np.zeros_like(offered["input_ids"])
     if family.mask and case in MASKED_CASES:
         kwargs["mask"] = offered["attention_mask"]
     return {name: np.asarray(value, dtype=np.int64) for name, value in kwargs.items()}
@@ -999,6 +1201,8 @@ def used_ids(family: Family, module, kwargs: dict) -> dict[str, np.ndarray]:
         if positions is None and family.derive_positions:
             derived = family.derive_positions(torch.as_tensor(input_ids), module.padding_idx)
             positions = derived.numpy()
+        if positions is None and hasattr(module, "position_ids"):  # its own buffer: 0..L-1,
+            positions = module.position_ids[0, : input_ids.shape[1]].numpy()  # or 2..L+1
         if positions is None:
             positions = np.arange(input_ids.shape[1])
         used["position_ids_used"] = np.broadcast_to(positions, input_ids.shape).astype(np.int64)
@@ -1009,12 +1213,19 @@ def norm_eps(norm: torch.nn.Module) -> float:
     return norm.eps if hasattr(norm, "eps") else norm.variance_epsilon  # DebertaLayerNorm
 
 
+def tensor_of(output) -> torch.Tensor:
+    """A module's tensor: I-BERT's modules return (tensor, scaling factor) even with quant_mode
+    off, where the factor is None."""
+    return output[0] if isinstance(output, tuple) else output
+
+
 def run_module(module, norm, kwargs: dict, dtype) -> tuple[torch.Tensor, dict]:
     """The module's output, and the inputs of its norm and of its embed_proj (DeBERTa), seen
     through forward pre-hooks: what the module itself computed before them."""
     module = copy.deepcopy(module).to(dtype)
     seen = {}
-    sites = {"norm_input": getattr(module, norm)}
+    # without a norm, the sum is what the module's dropout (the identity in eval mode) gets
+    sites = {"norm_input": getattr(module, norm or "dropout")}
     if getattr(module, "embed_proj", None) is not None:
         sites["proj_input"] = module.embed_proj
     hooks = [
@@ -1023,6 +1234,7 @@ def run_module(module, norm, kwargs: dict, dtype) -> tuple[torch.Tensor, dict]:
     ]
     with torch.inference_mode():
         output = module(**{name: torch.as_tensor(value) for name, value in kwargs.items()})
+    output = tensor_of(output)
     for hook in hooks:
         hook.remove()
     return output, seen
@@ -1035,7 +1247,8 @@ def family_stages(family: Family, module, projection, kwargs: dict, used: dict) 
     tables = {"word": family.word_attr, **{name: attr for attr, name in LOOKUPS.values()}}
     with torch.inference_mode():
         lookups = {
-            name: getattr(module, tables[name])(torch.as_tensor(ids[name])) for name in family.order
+            name: tensor_of(getattr(module, tables[name])(torch.as_tensor(ids[name])))
+            for name in family.order
         }
         first = lookups["word"]
         if family.scale_word:  # as BigBirdEmbeddings: inputs_embeds * (self.hidden_size**0.5)
@@ -1045,13 +1258,14 @@ def family_stages(family: Family, module, projection, kwargs: dict, used: dict) 
     output64, _ = run_module(module, family.norm, kwargs, torch.float64)
     # The order of additions above is the module's: its own sum is the same to the bit.
     assert torch.equal(summed, seen.get("proj_input", seen["norm_input"])), family.name
-    eps = norm_eps(getattr(module, family.norm))
     x = seen["norm_input"]
     stages = {name: value.numpy() for name, value in lookups.items()}
     stages["sum"] = summed.numpy()
     if "proj_input" in seen:
         stages["embed_proj"] = x.numpy()
-    stages["normalized"] = torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps).numpy()
+    if family.norm:
+        eps = norm_eps(getattr(module, family.norm))
+        stages["normalized"] = torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps).numpy()
     stages["embeddings"] = output.numpy()
     stages["embeddings_float64"] = output64.numpy()
     if projection is not None:
@@ -1068,7 +1282,7 @@ def family_metadata(family: Family, directory: Path, module, config: dict) -> di
         "model_type": config["model_type"],
         "model_class": family.model_class.__name__ if family.model_class else "none",
         "formula": family.formula,
-        "eps": norm_eps(getattr(module, family.norm)),
+        "eps": norm_eps(getattr(module, family.norm)) if family.norm else None,
     }
     if family.model_class is None:
         metadata["source"] = NOMIC_SOURCE
@@ -1078,11 +1292,11 @@ def family_metadata(family: Family, directory: Path, module, config: dict) -> di
 def family_cases(family: Family, directory: Path, config: dict) -> dict[str, tuple[dict, dict]]:
     rng = np.random.default_rng(family_seed(family.name))
     vocab_size, pad = config["vocab_size"], config.get("pad_token_id") or 0
+    types = config.get("type_vocab_size", 0)
     if family.tokenizer is None:
-        cases = id_cases(rng, vocab_size, pad)
+        cases = id_cases(rng, vocab_size, pad, max(types, 1))
     else:
         cases = family_text_cases(transformers.AutoTokenizer.from_pretrained(directory))
-    types = config.get("type_vocab_size", 0)
     positions = config.get("max_position_embeddings", FULL_LENGTH)
     return cases | random_cases(rng, vocab_size, pad, types, positions)
 

@@ -116,8 +116,15 @@ def _positions_text(weights: EmbeddingWeights, position_ids: np.ndarray) -> str:
             f"padding from padding_idx + 1 = {config.padding_idx + 1}, and gives padding row "
             f"padding_idx = {config.padding_idx}. {learned}"
         )
+    offset = (
+        f" {config.model_type} numbers tokens from {config.position_offset}: its model never "
+        f"reads the first {config.position_offset} rows."
+        if config.position_offset
+        else ""
+    )
     return (
-        f"Position embeddings: {_row_range(position_ids)} of position_embeddings {shape}. {learned}"
+        f"Position embeddings: {_row_range(position_ids)} of position_embeddings {shape}."
+        f"{offset} {learned}"
     )
 
 

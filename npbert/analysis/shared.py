@@ -85,6 +85,8 @@ def position_lines(config, walked: list[Walked]) -> list[str]:
         f"the i-th token that is not padding takes row padding_idx + 1 + i = "
         f"{config.padding_idx + 1} + i, padding row {config.padding_idx}"
         if config.positions == "padded"
+        else f"position i takes row {config.position_offset} + i"
+        if config.position_offset
         else "position i takes row i"
     )
     rows: dict[int, list[np.ndarray]] = {}

@@ -5,7 +5,8 @@ import math
 from dataclasses import dataclass
 
 from npbert.errors import InputError
-from npbert.layer.families import FAMILIES, Family
+from npbert.layer.families import FAMILIES
+from npbert.layer.family import Family
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class EmbeddingConfig:
     max_length: int | None  # tokens a sequence may have (None: no limit in the layer)
     word_scale: float = 1.0  # BigBird with rescale_embeddings: sqrt(H)
     projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer), "inside"
+    position_offset: int = 0  # absolute positions start here (2 in Nystromformer, YOSO, MRA)
     sinusoidal: bool = False  # the position table holds fixed sinusoids, not learned rows
 
     def __post_init__(self):
@@ -101,7 +103,13 @@ def _check_positions(config: EmbeddingConfig, where: str) -> None:
         raise InputError(
             f"{where}: padding_idx is {config.padding_idx!r}, with {positions!r} positions"
         )
-    limit = None if table is None else positions_in(table, config.padding_idx)
+    offset = 0 if table is None else config.family.position_offset
+    if config.position_offset != offset:
+        raise InputError(
+            f"{where}: position_offset is {config.position_offset!r}; {config.model_type} with "
+            f"max_position_embeddings {table} starts its positions at {offset}"
+        )
+    limit = None if table is None else positions_in(table, config.padding_idx, offset)
     if limit is not None and not 0 < (config.max_length or 0) <= limit:
         raise InputError(
             f"{where}: max_length is {config.max_length!r}; the position table gives "
@@ -116,10 +124,10 @@ def unsupported(where: str, model_type) -> InputError:
     )
 
 
-def positions_in(table: int, padding_idx: int | None) -> int:
-    """The positions a table of `table` rows gives a sequence: all, or RoBERTa's from
-    padding_idx + 1 on."""
-    return table if padding_idx is None else table - padding_idx - 1
+def positions_in(table: int, padding_idx: int | None, offset: int = 0) -> int:
+    """The positions a table of `table` rows gives a sequence: all, RoBERTa's from
+    padding_idx + 1 on, or those from `offset` on (Nystromformer's 2)."""
+    return table - offset if padding_idx is None else table - padding_idx - 1
 
 
 def check_eps(eps, key: str, where: str) -> float:

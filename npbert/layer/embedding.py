@@ -70,9 +70,10 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.nda
 # --- positions ----------------------------------------------------------------------------
 
 
-def absolute_position_ids(length: int) -> np.ndarray:
-    """BERT's positions: 0..L-1, shared by every sequence of the batch. -> (L,)"""
-    return np.arange(length)
+def absolute_position_ids(length: int, offset: int = 0) -> np.ndarray:
+    """BERT's positions: 0..L-1, shared by every sequence of the batch; offset..offset+L-1 in
+    Nystromformer, YOSO and MRA (offset 2), whose tables have two rows before them. -> (L,)"""
+    return np.arange(length) + offset
 
 
 def padded_position_ids(input_ids: np.ndarray, padding_idx: int) -> np.ndarray:
@@ -137,6 +138,17 @@ def longformer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype
                 normalized=normalized, embeddings=embeddings)  # fmt: skip
 
 
+def megatron(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """(W + T) + P, not normalized: Megatron-BERT, XLM-RoBERTa-XL (padded_position_ids). Their
+    encoder layers normalize their input first (pre-LN), so the layer's output is the sum."""
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, H)
+    token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, H)
+    position = lookup(w.position_embeddings, position_ids, dtype)  # (L, H) or (B, L, H)
+    summed = word + token_type + position  # (B, L, H)
+    return dict(word=word, token_type=token_type, position=position, sum=summed,
+                embeddings=summed)  # fmt: skip
+
+
 def big_bird(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
     """LayerNorm((W * sqrt(H) + T) + P): BigBird, its word rows scaled by sqrt(H) when
     rescale_embeddings is set (w.config.word_scale; 1 otherwise, which changes nothing). The
@@ -182,6 +194,13 @@ def modernbert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype
     normalized = normalize(word, w.config.layer_norm_eps)  # (B, L, H)
     embeddings = scale_shift(normalized, w.layer_norm_weight, w.layer_norm_bias)  # (B, L, H)
     return dict(word=word, normalized=normalized, embeddings=embeddings)
+
+
+def gte(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """LayerNorm(W + T) as roformer, or LayerNorm(W) as modernbert where type_vocab_size is 0
+    and the model has no token-type table: GTE (rotary positions in its attention)."""
+    layer = modernbert if w.token_type_embeddings is None else roformer
+    return layer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype)
 
 
 def deberta(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:

@@ -7,130 +7,29 @@ silent. Each row was read from transformers' modeling and configuration files (5
 checked against transformers' own modules on a tiny checkpoint (tests/test_families.py).
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from npbert.layer import embedding
-
-# The tensors npbert reads, by EmbeddingWeights field: their names below the model's prefix
-# ("bert.", "roberta.", ... in checkpoints saved with a head; none in a bare model), each with
-# the legacy names accepted too (bert-base-uncased stores LayerNorm.gamma/.beta).
-WORD = {"word_embeddings": ("embeddings.word_embeddings.weight",)}
-POSITION = {"position_embeddings": ("embeddings.position_embeddings.weight",)}
-TOKEN_TYPE = {"token_type_embeddings": ("embeddings.token_type_embeddings.weight",)}
-LAYER_NORM = {
-    "layer_norm_weight": ("embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma"),
-    "layer_norm_bias": ("embeddings.LayerNorm.bias", "embeddings.LayerNorm.beta"),
-}
-BERT = WORD | POSITION | TOKEN_TYPE | LAYER_NORM
-
-
-def projection(stem: str, bias: bool = True) -> dict[str, tuple[str, ...]]:
-    """The Linear(E -> H) tensors of a model whose embedding width E differs from H."""
-    names = {"projection_weight": (f"{stem}.weight",)}
-    return names | ({"projection_bias": (f"{stem}.bias",)} if bias else {})
-
-
-@dataclass(frozen=True)
-class Family:
-    """How one model_type's embedding layer is computed and stored."""
-
-    layer: Callable  # the formula, from npbert.layer.embedding
-    formula: str  # as explain and the README show it
-    prefix: str  # transformers' base_model_prefix
-    tensors: dict[str, tuple[str, ...]]  # every tensor the layer may read, as above
-    positions: str = "absolute"  # "absolute": 0..L-1; "padded": RoBERTa's; "none": no table
-    fixed_padding_idx: int | None = None  # MPNet counts positions from 1, whatever pad_token_id
-    eps_key: str | None = "layer_norm_eps"  # None: fixed in the model's code
-    eps_default: float = 1e-12
-    pad_default: int | None = 0  # pad_token_id when config.json has none
-    hidden_key: str = "hidden_size"
-    # The model's limit on tokens where it has no position table, and its config's default
-    # for it; key None: the model has no limit (Funnel's attention takes any length).
-    max_length_key: str | None = "max_position_embeddings"
-    max_length_default: int | None = None
-    # Tensors that exist only when a config key is true (non-zero), with the key's default.
-    optional: dict[str, tuple[str, object]] = field(default_factory=dict)
-    projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer) or "inside"
-    projection_always: bool = False  # ALBERT projects even when E == H
-    # Where config.json is silent on the sizes that decide a projection, the model's own
-    # defaults decide it, as in transformers: H, and E (None: E = H).
-    sizes: tuple[int, int | None] = (768, None)
-    # Whether its model sizes the tables by config.json's embedding_size (ALBERT, ELECTRA,
-    # RoFormer, DeBERTa, SqueezeBERT): elsewhere the key is read by nothing, and not checked.
-    reads_embedding_size: bool = False
-    rescale_key: str | None = None  # BigBird: scale the word rows by sqrt(H) when this is true
-    sinusoid_key: str | None = None  # DistilBERT: the position table holds fixed sinusoids if true
-    # The formula as one checkpoint computes it, where config.json decides parts of it:
-    # f(EmbeddingConfig) -> str (EmbeddingConfig.formula); None: `formula` as it is.
-    formula_of: Callable | None = None
-    masks_padding: bool = False  # DeBERTa multiplies its output by attention_mask
-    dropout_after: str = "embeddings"  # the stage dropout follows (BigBird: before LayerNorm)
-    vocab_txt: bool = False  # its tokenizer is BERT's WordPiece, so a vocab.txt alone will do
-    no_text: str | None = None  # why its text is refused: a tokenizer the library cannot run
-    # (key, family): a config.json that has `key` is another code's layout of the same layer,
-    # read with `family`, its settings under other keys with other defaults (NomicBERT: nomic's
-    # own GPT-2-style config has n_embd).
-    other_layout: tuple[str, "Family"] | None = None
-    # Settings under which the model computes something npbert does not, refused with the
-    # reason: {config key: (default where config.json is silent, refused(value) -> bool, why)}
-    refuse: dict[str, tuple[object, Callable[[object], bool], str]] = field(default_factory=dict)
-
-
-def truthy(value) -> bool:
-    """What the model's own code does with the flag: `if config.key:`."""
-    return bool(value)
-
-
-def not_positive(value) -> bool:
-    """NomicBERT's rotary_emb_fraction: a learned position table unless it is a number > 0."""
-    return isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-
-
-def big_bird_formula(config) -> str:
-    word = "W" if config.word_scale == 1 else "W * sqrt(H)"
-    return f"LayerNorm(({word} + T) + P)"
-
-
-def projected_after(layer: str, note: str = ""):
-    """ELECTRA's and RoFormer's formula: the layer, then Linear(E -> H) where E != H."""
-    return lambda config: layer + (", then Linear(E -> H)" if config.projection else "") + note
-
-
-def deberta_formula(config) -> str:
-    # the rows added in DeBERTa's order, (W + P) + T, each table where it has one
-    terms = [
-        "W",
-        *(["P"] if config.positions != "none" else []),
-        *(["T"] if config.type_vocab_size else []),
-    ]
-    x = " + ".join(terms[:2])
-    if len(terms) == 3:
-        x = f"({x}) + {terms[2]}"
-    if config.projection == "inside":
-        x = f"embed_proj({x})"
-    return f"LayerNorm({x}) * attention_mask"
-
-
-def not_absolute(value) -> bool:
-    return value != "absolute"
-
-
-# The families whose transformers 4 layer read position_embedding_type (BERT's and its
-# copies': `if self.position_embedding_type == "absolute": embeddings += position_embeddings`).
-# transformers 5 reads no such key and always adds the table. Longformer and BigBird stored the
-# key but added the table whatever it said; the other families never read it.
-ABSOLUTE_ONLY = {
-    "position_embedding_type": (
-        "absolute",
-        not_absolute,
-        "transformers 4 left the position table out of this layer for any type but "
-        "'absolute' (null too), transformers 5 adds it, so which layer the checkpoint was "
-        "trained with is not known; npbert implements learned absolute positions",
-    )
-}
-ROBERTA = {"positions": "padded", "pad_default": 1}
-ROBERTA_FORMULA = "LayerNorm((W + T) + P), P at padding_idx + 1 + (real tokens before)"
+from npbert.layer.family import (
+    ABSOLUTE_ONLY,
+    BERT,
+    EMB_LN,
+    LAYER_NORM,
+    POSITION,
+    QUANT_MODE,
+    ROBERTA,
+    ROBERTA_FORMULA,
+    TOKEN_TYPE,
+    WORD,
+    Family,
+    big_bird_formula,
+    deberta_formula,
+    gte_formula,
+    not_positive,
+    projected_after,
+    projection,
+    truthy,
+)
 
 FAMILIES: dict[str, Family] = {
     "bert": Family(
@@ -295,6 +194,104 @@ FAMILIES: dict[str, Family] = {
 }
 FAMILIES["deberta-v2"] = replace(FAMILIES["deberta"], sizes=(1536, None))
 
+# RoBERTa's layer under other names: its positions, its order of addition, its defaults.
+for name, prefix, refuse in (
+    ("data2vec-text", "data2vec_text", ABSOLUTE_ONLY),
+    ("xmod", "roberta", ABSOLUTE_ONLY),  # X-MOD's language adapters are in the encoder
+    ("roberta-prelayernorm", "roberta_prelayernorm", {}),
+    ("ibert", "ibert", ABSOLUTE_ONLY | QUANT_MODE),
+):
+    FAMILIES[name] = Family(embedding.bert, ROBERTA_FORMULA, prefix, BERT, **ROBERTA, refuse=refuse)
+FAMILIES["luke"] = Family(
+    embedding.longformer,
+    "LayerNorm((W + P) + T), P at padding_idx + 1 + (real tokens before); the word path only "
+    "(LUKE's entity embeddings are a second input)",
+    "luke",
+    BERT,
+    **ROBERTA,
+)
+FAMILIES["splinter"] = replace(FAMILIES["bert"], prefix="splinter", vocab_txt=False)
+FAMILIES["bert-generation"] = Family(
+    embedding.distilbert, "LayerNorm(W + P)", "bert", WORD | POSITION | LAYER_NORM
+)
+FAMILIES["convbert"] = Family(
+    embedding.longformer,
+    "LayerNorm((W + P) + T) at width E, then Linear(E -> H) if E != H",
+    "convbert",
+    BERT | projection("embeddings_project"),
+    pad_default=1,
+    projection="after",
+    formula_of=projected_after("LayerNorm((W + P) + T) at width E"),
+    reads_embedding_size=True,
+    sizes=(768, 768),  # ConvBertConfig's
+    vocab_txt=True,
+)
+FAMILIES["rembert"] = Family(
+    embedding.bert,
+    "LayerNorm((W + T) + P) at width E, then Linear(E -> H)",
+    "rembert",
+    BERT | projection("encoder.embedding_hidden_mapping_in"),
+    projection="after",
+    projection_always=True,  # RemBertEncoder maps E -> H whatever the sizes
+    reads_embedding_size=True,
+    embedding_key="input_embedding_size",
+)
+# No norm in the layer: it moved into the encoder's layers, which normalize their input.
+FAMILIES["megatron-bert"] = Family(
+    embedding.megatron,
+    "(W + T) + P, not normalized",
+    "bert",
+    WORD | POSITION | TOKEN_TYPE,
+    normalized=False,
+    vocab_txt=True,
+    refuse=ABSOLUTE_ONLY,
+)
+FAMILIES["xlm-roberta-xl"] = Family(
+    embedding.megatron,
+    "(W + T) + P, P at padding_idx + 1 + (real tokens before), not normalized",
+    "roberta",
+    WORD | POSITION | TOKEN_TYPE,
+    **ROBERTA,
+    normalized=False,
+    eps_default=1e-5,
+    refuse=ABSOLUTE_ONLY,
+)
+# Positions from 2: their tables have max_position_embeddings + 2 rows.
+for name, eps in (("nystromformer", 1e-5), ("yoso", 1e-12), ("mra", 1e-5)):
+    FAMILIES[name] = Family(
+        embedding.bert,
+        "LayerNorm((W + T) + P), P at 2 + i",
+        name,
+        BERT,
+        position_offset=2,
+        eps_default=eps,
+        pad_default=1,
+        refuse=ABSOLUTE_ONLY,
+    )
+# Rotary positions, in the attention: the layer is LayerNorm(W + T).
+FAMILIES["gte"] = Family(
+    embedding.gte,
+    "LayerNorm(W + T), LayerNorm(W) where type_vocab_size is 0; positions are rotary",
+    "gte",
+    WORD | TOKEN_TYPE | LAYER_NORM,
+    positions="none",
+    pad_default=1,
+    max_length_default=8192,  # GteConfig's
+    optional={"token_type_embeddings": ("type_vocab_size", 1)},
+    formula_of=gte_formula,
+)
+FAMILIES["jina_embeddings_v3"] = Family(
+    embedding.roformer,
+    "LayerNorm(W + T); positions are rotary",
+    "roberta",
+    # stored under jina's own name for the norm, emb_ln, as NomicBERT's
+    WORD | TOKEN_TYPE | EMB_LN,
+    positions="none",
+    eps_default=1e-5,
+    pad_default=1,
+    max_length_default=8194,  # JinaEmbeddingsV3Config's
+)
+
 # NomicBERT's config.json comes in two layouts, each read by its own code: transformers'
 # NomicBertConfig (5.x), with BERT's keys and defaults, whose classes save the tensors under
 # nomic's names (emb_ln; below "nomic_bert." with a head), and nomic's own code (contrastors),
@@ -303,10 +300,7 @@ NOMIC_TRANSFORMERS = Family(
     embedding.roformer,
     "emb_ln(W + T); positions are rotary",
     "nomic_bert",
-    WORD
-    | TOKEN_TYPE
-    | {"layer_norm_weight": ("emb_ln.weight", "embeddings.LayerNorm.weight")}
-    | {"layer_norm_bias": ("emb_ln.bias", "embeddings.LayerNorm.bias")},
+    WORD | TOKEN_TYPE | EMB_LN,
     positions="none",
     max_length_default=2048,  # NomicBertConfig's
     vocab_txt=True,
@@ -339,6 +333,12 @@ FAMILIES["nomic_bert"] = replace(NOMIC_TRANSFORMERS, other_layout=("n_embd", NOM
 REFUSED = {
     "xlm": "XLM adds language embeddings and looks token types up in the word table",
     "mobilebert": "MobileBERT embeds trigrams of tokens and normalizes with NoNorm",
-    "xlm-roberta-xl": "XLM-RoBERTa-XL has no LayerNorm in its embeddings (it moved to the layers)",
-    "megatron-bert": "Megatron-BERT has no LayerNorm in its embeddings (it moved to the layers)",
+    "esm": "ESM zeroes <mask> rows and rescales every word row by the share of <mask> tokens "
+    "(token dropout), normalizes only with emb_layer_norm_before and zeroes padding rows",
+    "fnet": "FNet applies a Linear(H -> H) inside its embedding module, after the LayerNorm",
+    "tapas": "TAPAS looks up seven token-type tables, from token_type_ids of shape (B, L, 7) that "
+    "its tokenizer derives from a table, and restarts positions in each cell; npbert's token "
+    "types are one per token",
+    "layoutlm": "LayoutLM adds 2-D position embeddings of each token's bounding box (bbox, "
+    "(B, L, 4)) from a document's layout, which npbert does not take",
 }

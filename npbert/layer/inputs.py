@@ -203,7 +203,7 @@ def prepare_inputs(config, input_ids, token_type_ids, position_ids, attention_ma
         _token_types(config, ids, token_type_ids),
         _positions(config, ids, position_ids),
         check_mask(attention_mask, ids),
-        position_ids is None and config.positions == "absolute",
+        position_ids is None and config.positions == "absolute" and not config.position_offset,
     )
 
 
@@ -245,7 +245,7 @@ def own_position_ids(config, input_ids: np.ndarray) -> np.ndarray | None:
         return None
     if config.positions == "padded":
         return padded_position_ids(input_ids, config.padding_idx)
-    return absolute_position_ids(input_ids.shape[-1])
+    return absolute_position_ids(input_ids.shape[-1], config.position_offset)
 
 
 def _check_fits(config, positions: np.ndarray) -> None:
@@ -268,7 +268,7 @@ def _limit(config) -> str:
     """What config.max_length is, for messages: the position table's rows, or a length set
     below them in code."""
     table = config.max_position_embeddings
-    if config.max_length != positions_in(table, config.padding_idx):
+    if config.max_length != positions_in(table, config.padding_idx, config.position_offset):
         return f"max_length ({config.max_length}, of a position table of {table} rows)"
     if config.padding_idx is None:
         return f"max_position_embeddings ({table})"

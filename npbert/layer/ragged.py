@@ -24,12 +24,13 @@ from npbert.layer.inputs import Inputs, check_range
 
 def position_ids(config, input_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
     """(N,) each token's position within its text, as config's family numbers positions:
-    0..L_i-1, or RoBERTa's padding_idx + 1 onwards for real tokens; None without a table."""
+    0..L_i-1 (from position_offset), or RoBERTa's padding_idx + 1 onwards for real tokens;
+    None without a table."""
     if config.positions == "none":
         return None
     starts = np.cumsum(lengths) - lengths  # (n,) where each text begins
     if config.positions == "absolute":
-        return np.arange(len(input_ids)) - np.repeat(starts, lengths)
+        return np.arange(len(input_ids)) - np.repeat(starts, lengths) + config.position_offset
     real = input_ids != config.padding_idx  # (N,) RoBERTa: a pad id inside a text is padding
     counted = np.cumsum(real)
     before = np.concatenate([[0], counted])[starts]  # real tokens before each text

@@ -20,7 +20,7 @@ class EmbeddingWeights:
 
     config: EmbeddingConfig
     word_embeddings: np.ndarray  # (V, E)
-    layer_norm_weight: np.ndarray  # (E,); (H,) in DeBERTa, whose projection comes first
+    layer_norm_weight: np.ndarray | None = None  # (E,); (H,) in DeBERTa; None without a norm
     layer_norm_bias: np.ndarray | None = None  # like layer_norm_weight; None in ModernBERT
     position_embeddings: np.ndarray | None = None  # (P, E)
     token_type_embeddings: np.ndarray | None = None  # (T, E)
@@ -81,12 +81,13 @@ def check_weights(weights) -> None:
 def expected_shapes(config: EmbeddingConfig) -> dict[str, tuple[int, ...] | None]:
     """Each EmbeddingWeights array's shape under `config`; None where the family has none."""
     e, h, out = config.embedding_size, config.hidden_size, config.output_size
+    norm = (out,) if config.family.normalized else None  # Megatron-BERT's layer has none
     positions, types = config.max_position_embeddings, config.type_vocab_size
     biased = config.projection and "projection_bias" in config.family.tensors  # not DeBERTa's
     return {
         "word_embeddings": (config.vocab_size, e),
-        "layer_norm_weight": (out,),
-        "layer_norm_bias": (out,),
+        "layer_norm_weight": norm,
+        "layer_norm_bias": norm,
         "position_embeddings": None if positions is None else (positions, e),
         "token_type_embeddings": (types, e) if types else None,
         "projection_weight": (h, e) if config.projection else None,

@@ -343,7 +343,10 @@ def float32_trouble(weights) -> str | None:
 
 def largest_output(weights) -> float:
     """The largest |value| the layer can output: gamma times a normalized value (at most
-    sqrt(width) for rows of width values), plus beta."""
+    sqrt(width) for rows of width values), plus beta; 0 without a norm (the sum is bounded
+    where this is called)."""
+    if weights.layer_norm_weight is None:
+        return 0.0
     width = weights.layer_norm_weight.shape[0]
     bias = 0.0 if weights.layer_norm_bias is None else float(np.abs(weights.layer_norm_bias).max())
     return float(np.abs(weights.layer_norm_weight).max()) * math.sqrt(width) + bias

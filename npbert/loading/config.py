@@ -13,7 +13,8 @@ from pathlib import Path
 
 from npbert.errors import InputError
 from npbert.layer.config import EmbeddingConfig, check_eps, positions_in, unsupported
-from npbert.layer.families import BERT, FAMILIES, REFUSED, Family
+from npbert.layer.families import FAMILIES, REFUSED
+from npbert.layer.family import BERT, Family
 
 CONFIG_FILE = "config.json"
 
@@ -124,12 +125,13 @@ def legacy_bert(raw: dict, names: set, where: str) -> str:
 def _layer_keys_under_berts_prefix() -> list[tuple[str, str]]:
     """(config key, model_type) for the keys that change the layer of a family other than
     BERT whose checkpoints name their tensors as BERT's (BigBird's rescale_embeddings)."""
+    bert = FAMILIES["bert"]
     return [
         (key, name)
         for name, family in FAMILIES.items()
-        if name != "bert" and family.prefix == FAMILIES["bert"].prefix
+        if name != "bert" and family.prefix == bert.prefix
         for key in (family.rescale_key, family.sinusoid_key, *family.refuse)
-        if key is not None
+        if key is not None and key not in bert.refuse  # BERT reads it too (Megatron-BERT's)
     ]
 
 
@@ -158,7 +160,7 @@ def wants_projection(raw: dict, family: Family, where: str) -> bool:
     if family.projection is None:
         return False
     hidden = _integer(raw, family.hidden_key, where, default=family.sizes[0])
-    embedding = _integer(raw, "embedding_size", where, default=family.sizes[1] or hidden)
+    embedding = _integer(raw, family.embedding_key, where, default=family.sizes[1] or hidden)
     return family.projection_always or hidden != embedding
 
 
@@ -170,11 +172,16 @@ def make_config(
     family = family_of(raw, model_type, where)
     vocab_size, embedding_size = shapes["word_embeddings"]
     projected = "projection_weight" in shapes
-    hidden_size = shapes["projection_weight"][0] if projected else shapes["layer_norm_weight"][0]
+    # H: the projection's output; else the norm's width, or without a norm the tables'
+    hidden_size = shapes.get(
+        "projection_weight", shapes.get("layer_norm_weight", (embedding_size,))
+    )[0]
     positions = shapes.get("position_embeddings", (None,))[0]
     types = shapes.get("token_type_embeddings", (0,))[0]
+    # Nystromformer's table has position_offset rows more than its max_position_embeddings
+    stated_positions = None if positions is None else positions - family.position_offset
     check_sizes(raw, family, where, vocab_size=vocab_size, hidden=hidden_size,
-                embedding_size=embedding_size, max_position_embeddings=positions,
+                embedding_size=embedding_size, max_position_embeddings=stated_positions,
                 type_vocab_size=types)  # fmt: skip
     pad_token_id = pad_id(raw, family, vocab_size, where)
     padding_idx = position_padding_idx(family, pad_token_id, positions, where)
@@ -191,6 +198,7 @@ def make_config(
         pad_token_id=pad_token_id,
         positions="none" if positions is None else family.positions,
         padding_idx=padding_idx,
+        position_offset=0 if positions is None else family.position_offset,
         max_length=max_length(raw, family, positions, padding_idx, where),
         word_scale=math.sqrt(hidden_size) if rescale else 1.0,
         projection=family.projection if projected else None,
@@ -205,8 +213,9 @@ def check_sizes(raw: dict, family: Family, where: str, *, hidden: int, **sizes) 
     stated = {"vocab_size": sizes.pop("vocab_size"), family.hidden_key: hidden, **sizes}
     if "token_type_embeddings" not in family.tensors:
         del stated["type_vocab_size"]
-    if not family.reads_embedding_size:
-        del stated["embedding_size"]
+    width = stated.pop("embedding_size")
+    if family.reads_embedding_size:
+        stated[family.embedding_key] = width
     for key, size in stated.items():
         value = _integer(raw, key, where)
         if value is not None and size is not None and value != size:
@@ -252,7 +261,7 @@ def max_length(raw, family, positions, padding_idx, where) -> int | None:
         if limit == 0:
             raise InputError(f"{where}: {family.max_length_key} is 0: no text would fit")
         return limit
-    return positions_in(positions, padding_idx)
+    return positions_in(positions, padding_idx, family.position_offset)
 
 
 def layer_norm_eps(raw: dict, family: Family, where: str) -> float:
