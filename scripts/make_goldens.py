@@ -85,6 +85,7 @@ from transformers import (
     DistilBertTokenizer,
     ElectraForPreTraining,
     ErnieModel,
+    EsmForMaskedLM,
     FunnelBaseModel,
     FunnelTokenizer,
     GteModel,
@@ -119,6 +120,7 @@ from transformers.models.bert_generation import BertGenerationEncoder
 from transformers.models.camembert.modeling_camembert import CamembertEmbeddings
 from transformers.models.data2vec.modeling_data2vec_text import Data2VecTextEmbeddings
 from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
+from transformers.models.esm import modeling_esm
 from transformers.models.ibert import modeling_ibert
 from transformers.models.longformer import modeling_longformer
 from transformers.models.luke import modeling_luke
@@ -393,7 +395,10 @@ class Family:
     word_attr: str = "word_embeddings"
     derive_positions: Callable | None = None  # transformers' own rule, where positions derive
     scale_word: bool = False  # BigBird's rescale_embeddings: W * sqrt(H)
-    mask: bool = False  # DeBERTa: forward(mask=attention_mask)
+    mask: str | None = None  # the module's keyword for the attention mask: DeBERTa's "mask"
+    # ESM's token dropout: the module's sum is not the lookups' (the word rows are rescaled);
+    # its norm's input is stored as the sum, where it has a norm
+    rescales_word: bool = False
     projection: str | None = None  # on the base model, applied after the module
     ids_from_tokenizer: bool = False  # special ids sit after the trained BPE: ask the tokenizer
     norm_scale: float = 1.0  # gamma drawn this many times larger: outputs of that size
@@ -607,7 +612,7 @@ FAMILIES = (
         TokenizerSpec(DebertaTokenizer, "bpe", ("[PAD]", "[CLS]", "[SEP]", "[UNK]"), ("[MASK]",)),
         ("word", "position", "token_type"),
         "DebertaLayerNorm((W + P) + T) * mask",
-        mask=True,
+        mask="mask",
         notes=(
             "DebertaLayerNorm normalizes in float32 (hidden_states.float()) and divides by "
             "sqrt(var + eps); in the float64 module the normalization is still float32",
@@ -634,7 +639,7 @@ FAMILIES = (
         ),
         ("word",),
         "LN(embed_proj(W)) * mask (embed_proj: E -> H, no bias, inside the module)",
-        mask=True,
+        mask="mask",
     ),
     Family(
         "modernbert",
@@ -828,6 +833,42 @@ FAMILIES = (
             ),
             ("yoso", YosoModel, {}),
             ("mra", MraModel, {"block_per_row": 2, "approx_mode": "full"}),
+        )
+    ),
+    *(
+        Family(
+            name,
+            EsmForMaskedLM,
+            {
+                **ROBERTA_SIZES,
+                "vocab_size": 33,
+                "mask_token_id": 32,
+                "token_dropout": dropout,
+                "position_embedding_type": positions,
+                "emb_layer_norm_before": norm is not None,
+            },
+            None,
+            ("word", "position") if positions == "absolute" else ("word",),
+            formula,
+            norm=norm,
+            mask="attention_mask",
+            rescales_word=True,
+            derive_positions=modeling_esm.create_position_ids_from_input_ids,
+            notes=(
+                "no tokenizer: EsmTokenizer is Python only (no tokenizer.json); random ids "
+                "with <mask> (32) at every fifth token",
+            ),
+        )
+        for name, positions, norm, dropout, formula in (
+            (
+                "esm",
+                "absolute",
+                "layer_norm",
+                True,
+                "LN(dropped(W) + P) * mask, as ESM-1b: absolute positions, emb_layer_norm_before",
+            ),
+            ("esm-2", "rotary", None, True, "dropped(W) * mask, as ESM-2: rotary, no norm"),
+            ("esm-no-dropout", "absolute", "layer_norm", False, "LN(W + P) * mask"),
         )
     ),
     Family(
@@ -1072,6 +1113,7 @@ def build_checkpoint(family: Family) -> Path:
         config = save_nomic_checkpoint(family, directory, tokenizer)
     else:
         sizes = {"vocab_size": len(TINY_VOCAB) if tokenizer is None else len(tokenizer)}
+        sizes = {k: v for k, v in sizes.items() if k not in family.config}  # ESM's own 33
         if family.ids_from_tokenizer:  # ModernBERT: bos is its [CLS], eos its [SEP]
             cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
             sizes |= {"pad_token_id": tokenizer.pad_token_id, "cls_token_id": cls}
@@ -1185,7 +1227,7 @@ def module_kwargs(family: Family, case: str, offered: dict) -> dict[str, np.ndar
     if family.types_given and "token_type_ids" not in kwargs:
         kwargs["token_type_ids"] = np.zeros_like(offered["input_ids"])
     if family.mask and case in MASKED_CASES:
-        kwargs["mask"] = offered["attention_mask"]
+        kwargs[family.mask] = offered["attention_mask"]
     return {name: np.asarray(value, dtype=np.int64) for name, value in kwargs.items()}
 
 
@@ -1256,11 +1298,14 @@ def family_stages(family: Family, module, projection, kwargs: dict, used: dict) 
         summed = functools.reduce(operator.add, [lookups[name] for name in family.order[1:]], first)
     output, seen = run_module(module, family.norm, kwargs, torch.float32)
     output64, _ = run_module(module, family.norm, kwargs, torch.float64)
-    # The order of additions above is the module's: its own sum is the same to the bit.
-    assert torch.equal(summed, seen.get("proj_input", seen["norm_input"])), family.name
-    x = seen["norm_input"]
     stages = {name: value.numpy() for name, value in lookups.items()}
-    stages["sum"] = summed.numpy()
+    x = seen.get("norm_input")
+    if family.rescales_word:  # ESM: the module's own sum, where its norm shows it
+        if x is not None:
+            stages["sum"] = x.numpy()
+    else:  # the order of additions above is the module's: its own sum is the same to the bit
+        assert torch.equal(summed, seen.get("proj_input", x)), family.name
+        stages["sum"] = summed.numpy()
     if "proj_input" in seen:
         stages["embed_proj"] = x.numpy()
     if family.norm:
@@ -1298,13 +1343,18 @@ def family_cases(family: Family, directory: Path, config: dict) -> dict[str, tup
     else:
         cases = family_text_cases(transformers.AutoTokenizer.from_pretrained(directory))
     positions = config.get("max_position_embeddings", FULL_LENGTH)
-    return cases | random_cases(rng, vocab_size, pad, types, positions)
+    cases = cases | random_cases(rng, vocab_size, pad, types, positions)
+    if config.get("token_dropout"):  # ESM: <mask> tokens in every case, for its token dropout
+        for _, offered in cases.values():
+            ids = offered["input_ids"]
+            ids[..., 2::5] = np.where(ids[..., 2::5] == pad, pad, config["mask_token_id"])
+    return cases
 
 
 def case_inputs(family: Family, case: str, offered: dict, kwargs: dict) -> dict[str, np.ndarray]:
     """The inputs stored: those passed (DeBERTa's mask as attention_mask), a text case's
     attention mask, and its token types where the family has no table to pass them to."""
-    arrays = {name: value for name, value in kwargs.items() if name != "mask"}
+    arrays = {name: value for name, value in kwargs.items() if name != family.mask}
     if "attention_mask" in offered:
         arrays["attention_mask"] = np.asarray(offered["attention_mask"], dtype=np.int64)
     if case in TEXT_CASES and family.tokenizer and not family.has("token_type"):

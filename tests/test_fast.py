@@ -261,6 +261,7 @@ def test_a_token_comes_out_the_same_in_a_block_of_any_size(name):
     weights = npbert.load_weights(DATA / name)
     count = fast.BLOCK + 1  # the last block holds one token, in blocks of any size here
     ids = np.random.default_rng(0).integers(5, weights.config.vocab_size, (count, 1))
+    ids[ids == weights.config.mask_token_id] = 5  # ESM refuses a text all <mask>
     alone = np.stack([npbert.embed(weights, row) for row in ids])  # (count, 1, E)
     back_to_back = prepare(weights.config, ids[:, 0], np.zeros(count, np.int64), [1] * count)
     for block, threads in itertools.product(BLOCKS, (1, 2)):

@@ -30,6 +30,8 @@ class EmbeddingConfig:
     projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer), "inside"
     position_offset: int = 0  # absolute positions start here (2 in Nystromformer, YOSO, MRA)
     sinusoidal: bool = False  # the position table holds fixed sinusoids, not learned rows
+    layer_norm: bool = True  # the layer normalizes (not Megatron-BERT; ESM with its flag)
+    mask_token_id: int | None = None  # ESM's token dropout: its <mask> id; None without it
 
     def __post_init__(self):
         check_config(self)
@@ -76,9 +78,34 @@ def check_config(config: EmbeddingConfig) -> None:
         raise InputError(f"{where}: word_scale is {scale!r}, not a positive number")
     if not isinstance(config.sinusoidal, bool):
         raise InputError(f"{where}: sinusoidal is {config.sinusoidal!r}, not True or False")
+    _check_norm(config, where)
 
 
-OPTIONAL_SIZES = ("max_position_embeddings", "pad_token_id", "padding_idx", "max_length")
+def _check_norm(config: EmbeddingConfig, where: str) -> None:
+    """layer_norm as the family allows it; mask_token_id only where it has token dropout."""
+    family = config.family
+    allowed = {True, False} if "layer_norm_weight" in family.optional else {family.normalized}
+    if not isinstance(config.layer_norm, bool) or config.layer_norm not in allowed:
+        raise InputError(
+            f"{where}: layer_norm is {config.layer_norm!r}; {config.model_type}'s layer "
+            + ("normalizes" if family.normalized else "has no norm")
+        )
+    if config.mask_token_id is not None and not family.token_dropout:
+        raise InputError(
+            f"{where}: mask_token_id is for ESM's token dropout, not {config.model_type}"
+        )
+    _size(config, "mask_token_id", minimum=0)
+    if config.mask_token_id is not None and config.mask_token_id >= config.vocab_size:
+        raise InputError(f"{where}: mask_token_id {config.mask_token_id} is past the vocabulary")
+
+
+OPTIONAL_SIZES = (
+    "max_position_embeddings",
+    "pad_token_id",
+    "padding_idx",
+    "max_length",
+    "mask_token_id",
+)
 
 
 def _size(config: EmbeddingConfig, key: str, minimum: int) -> None:

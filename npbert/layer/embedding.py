@@ -203,6 +203,47 @@ def gte(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> di
     return layer(w, input_ids, token_type_ids, position_ids, attention_mask, dtype)
 
 
+# The share of tokens ESM's training masked (15%, of which 80% became <mask>): its token dropout
+# scales the word rows by (1 - this) / (1 - the share of <mask> tokens in the sequence).
+ESM_MASK_RATIO_TRAIN = 0.15 * 0.8
+
+
+def token_dropout(word, input_ids, attention_mask, mask_token_id: int) -> np.ndarray:
+    """ESM's token dropout at inference: <mask> rows zeroed, the rest scaled so that a
+    sequence's rows add up as in training. word (B, L, E), input_ids (B, L), attention_mask
+    (B, L) or None (every token counts) -> (B, L, E). The share is float32, as ESM's module
+    computes it (`.float()`) whatever its dtype."""
+    masked = input_ids == mask_token_id  # (B, L)
+    kept = np.where(masked[..., None], word.dtype.type(0), word)  # (B, L, E)
+    counted = input_ids.shape[-1] if attention_mask is None else attention_mask.sum(-1)  # (B,)
+    share = np.float32(masked.sum(-1)) / np.float32(counted)  # (B,) float32
+    kept = kept * word.dtype.type(1 - ESM_MASK_RATIO_TRAIN)  # (B, L, E)
+    return kept / (np.float32(1) - share)[..., None, None].astype(word.dtype)  # (B, L, E)
+
+
+def esm(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """LayerNorm(dropped(W) + P) * attention_mask: ESM. dropped() is token_dropout where
+    config.mask_token_id is set (token_dropout), P only with absolute positions (padded, as
+    RoBERTa's; ESM-2's are rotary), the LayerNorm only with emb_layer_norm_before; given
+    attention_mask, padding rows come out as zeros. The sum holds the rows the norm gets."""
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
+    stages = {"word": word}
+    summed = word
+    if w.config.mask_token_id is not None:  # token_dropout
+        summed = token_dropout(word, input_ids, attention_mask, w.config.mask_token_id)
+    if w.position_embeddings is not None:  # position_embedding_type "absolute"
+        stages["position"] = lookup(w.position_embeddings, position_ids, dtype)  # (B, L, E)
+        summed = summed + stages["position"]  # (B, L, E)
+    if summed is not word:
+        stages["sum"] = summed  # (B, L, E)
+    if w.layer_norm_weight is not None:  # emb_layer_norm_before
+        stages["normalized"] = normalize(summed, w.config.layer_norm_eps)  # (B, L, E)
+        summed = scale_shift(stages["normalized"], w.layer_norm_weight, w.layer_norm_bias)
+    if attention_mask is not None:
+        summed = summed * attention_mask[..., None].astype(dtype)  # padding zeroed
+    return stages | {"embeddings": summed}  # (B, L, E)
+
+
 def deberta(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
     """LayerNorm(embed_proj(W (+ P) (+ T))) * attention_mask: DeBERTa, DeBERTa-v2 and v3. P only
     if position_biased_input, T only if type_vocab_size > 0, embed_proj (no bias) only if

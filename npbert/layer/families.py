@@ -24,6 +24,7 @@ from npbert.layer.family import (
     Family,
     big_bird_formula,
     deberta_formula,
+    esm_formula,
     gte_formula,
     not_positive,
     projected_after,
@@ -198,7 +199,7 @@ FAMILIES["deberta-v2"] = replace(FAMILIES["deberta"], sizes=(1536, None))
 for name, prefix, refuse in (
     ("data2vec-text", "data2vec_text", ABSOLUTE_ONLY),
     ("xmod", "roberta", ABSOLUTE_ONLY),  # X-MOD's language adapters are in the encoder
-    ("roberta-prelayernorm", "roberta_prelayernorm", {}),
+    ("roberta-prelayernorm", "roberta_prelayernorm", ABSOLUTE_ONLY),
     ("ibert", "ibert", ABSOLUTE_ONLY | QUANT_MODE),
 ):
     FAMILIES[name] = Family(embedding.bert, ROBERTA_FORMULA, prefix, BERT, **ROBERTA, refuse=refuse)
@@ -243,6 +244,7 @@ FAMILIES["megatron-bert"] = Family(
     "bert",
     WORD | POSITION | TOKEN_TYPE,
     normalized=False,
+    fast_path=False,
     vocab_txt=True,
     refuse=ABSOLUTE_ONLY,
 )
@@ -253,8 +255,36 @@ FAMILIES["xlm-roberta-xl"] = Family(
     WORD | POSITION | TOKEN_TYPE,
     **ROBERTA,
     normalized=False,
+    fast_path=False,
     eps_default=1e-5,
     refuse=ABSOLUTE_ONLY,
+)
+FAMILIES["esm"] = Family(
+    embedding.esm,
+    "LayerNorm(dropped(W) + P) * attention_mask; dropped() is token dropout if token_dropout, "
+    "P (as RoBERTa's) if position_embedding_type is absolute, the LayerNorm if "
+    "emb_layer_norm_before",
+    "esm",
+    WORD
+    | POSITION
+    | {"layer_norm_weight": ("embeddings.layer_norm.weight",)}
+    | {"layer_norm_bias": ("embeddings.layer_norm.bias",)},
+    positions="padded",
+    pad_default=None,
+    max_length_default=1026,  # EsmConfig's
+    optional={
+        "layer_norm_weight": ("emb_layer_norm_before", False),
+        "layer_norm_bias": ("emb_layer_norm_before", False),
+    },
+    fast_path=False,
+    position_key="position_embedding_type",
+    token_dropout=True,
+    masks_padding=True,
+    formula_of=esm_formula,
+    no_text=(
+        "ESM's tokenizer (EsmTokenizer) is Python code that splits a sequence on its vocabulary, "
+        "with no tokenizer.json for the tokenizers library to run"
+    ),
 )
 # Positions from 2: their tables have max_position_embeddings + 2 rows.
 for name, eps in (("nystromformer", 1e-5), ("yoso", 1e-12), ("mra", 1e-5)):
@@ -333,8 +363,6 @@ FAMILIES["nomic_bert"] = replace(NOMIC_TRANSFORMERS, other_layout=("n_embd", NOM
 REFUSED = {
     "xlm": "XLM adds language embeddings and looks token types up in the word table",
     "mobilebert": "MobileBERT embeds trigrams of tokens and normalizes with NoNorm",
-    "esm": "ESM zeroes <mask> rows and rescales every word row by the share of <mask> tokens "
-    "(token dropout), normalizes only with emb_layer_norm_before and zeroes padding rows",
     "fnet": "FNet applies a Linear(H -> H) inside its embedding module, after the LayerNorm",
     "tapas": "TAPAS looks up seven token-type tables, from token_type_ids of shape (B, L, 7) that "
     "its tokenizer derives from a table, and restarts positions in each cell; npbert's token "

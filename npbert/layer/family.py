@@ -41,6 +41,12 @@ class Family:
     # are two rows longer than max_position_embeddings and whose models never read rows 0 and 1.
     position_offset: int = 0
     normalized: bool = True  # False: no norm in the layer (it moved to the encoder's layers)
+    # False: npbert.layer.fast runs the specification, a pass of elementwise steps, for layers
+    # its restructuring does not cover (no norm; ESM's token dropout)
+    fast_path: bool = True
+    # ESM: its position table exists only where this config key is "absolute" (else rotary)
+    position_key: str | None = None
+    token_dropout: bool = False  # ESM: reads token_dropout and mask_token_id
     eps_key: str | None = "layer_norm_eps"  # None: fixed in the model's code
     eps_default: float = 1e-12
     pad_default: int | None = 0  # pad_token_id when config.json has none
@@ -116,6 +122,15 @@ def deberta_formula(config) -> str:
 def gte_formula(config) -> str:
     terms = "W + T" if config.type_vocab_size else "W"
     return f"LayerNorm({terms}); positions are rotary"
+
+
+def esm_formula(config) -> str:
+    x = "dropped(W)" if config.mask_token_id is not None else "W"
+    x = f"{x} + P" if config.positions != "none" else x
+    x = f"LayerNorm({x})" if config.layer_norm else x
+    return f"{x} * attention_mask" + (
+        "; positions are rotary" if config.positions == "none" else ""
+    )
 
 
 def not_absolute(value) -> bool:

@@ -43,7 +43,7 @@ BLOCK = 512
 def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     """weights.config's layer for validated npbert.layer.inputs.Inputs, float32, (..., L, E)."""
     config = weights.config
-    if not config.family.normalized:  # a sum of lookups: the specification is one pass
+    if not config.family.fast_path:  # a few elementwise steps: the specification is as fast
         return config.family.layer(weights, *inputs[:4], np.float32)["embeddings"]
     input_ids = inputs.input_ids.reshape(-1, inputs.input_ids.shape[-1])  # (B, L)
     batch, length = input_ids.shape

@@ -198,13 +198,34 @@ def prepare_inputs(config, input_ids, token_type_ids, position_ids, attention_ma
     others the same shape, but position_ids may be (L,) for the whole batch."""
     ids = as_id_array("input_ids", input_ids)
     ids = check_range("input_ids", ids, "word_embeddings", config.vocab_size)
+    mask = check_mask(attention_mask, ids)
+    if config.mask_token_id is not None:
+        check_token_dropout(config.mask_token_id, ids, mask)
     return Inputs(
         ids,
         _token_types(config, ids, token_type_ids),
         _positions(config, ids, position_ids),
-        check_mask(attention_mask, ids),
+        mask,
         position_ids is None and config.positions == "absolute" and not config.position_offset,
     )
+
+
+def check_token_dropout(mask_token_id: int, input_ids, attention_mask) -> None:
+    """InputError where ESM's token dropout would divide by 1 - (the share of <mask> tokens)
+    <= 0: a sequence whose tokens (those the attention mask counts) are all <mask>."""
+    length = input_ids.shape[-1]
+    counted = length if attention_mask is None else attention_mask.sum(-1)
+    counted = np.broadcast_to(counted, input_ids.shape[:-1])  # (B,) or ()
+    masked = (input_ids == mask_token_id).sum(-1)  # (B,) or ()
+    bad = np.argwhere(masked >= counted)
+    if len(bad):
+        row = tuple(int(i) for i in bad[0])
+        where = f"input_ids[{row[0]}]" if row else "input_ids"
+        raise InputError(
+            f"{where} has {masked[row]} <mask> tokens (id {mask_token_id}) among its "
+            f"{counted[row]} counted tokens: ESM's token dropout divides by 1 - their share, "
+            "which must be above 0"
+        )
 
 
 def _token_types(config, input_ids, token_type_ids) -> np.ndarray | None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from npbert.errors import InputError
 from npbert.layer import fast
-from npbert.layer.inputs import Inputs, check_range
+from npbert.layer.inputs import Inputs, check_range, check_token_dropout
 
 
 def position_ids(config, input_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
@@ -58,6 +58,18 @@ def prepare(config, input_ids, token_type_ids, lengths) -> Inputs:
     return Inputs(ids, types, position_ids(config, ids, lengths), None)
 
 
+def text_slices(lengths: np.ndarray) -> list[slice]:
+    """Each text's slice of the (N,) run."""
+    ends = np.cumsum(lengths)
+    return [slice(int(end - n), int(end)) for n, end in zip(lengths, ends, strict=True)]
+
+
+def embed_alone(weights, inputs: Inputs, threads: int | None) -> np.ndarray:
+    """One text of an ESM with token dropout, checked as prepare_inputs checks a sequence."""
+    check_token_dropout(weights.config.mask_token_id, inputs.input_ids, None)
+    return fast.embed(weights, inputs, project=False, threads=threads)
+
+
 def embed_encodings(weights, encodings: list, *, threads: int | None = 1) -> dict[str, np.ndarray]:
     """tokenizers Encodings (unpadded) -> a shard's arrays, the texts back to back:
     embeddings (N, E) float32, input_ids and token_type_ids (N,) int64, lengths (n,) int64."""
@@ -71,7 +83,14 @@ def embed_encodings(weights, encodings: list, *, threads: int | None = 1) -> dic
         embeddings = np.empty((0, weights.config.output_size), np.float32)
     else:
         inputs = prepare(weights.config, input_ids, token_type_ids, lengths)
-        embeddings = fast.embed(weights, inputs, project=False, threads=threads)  # (N, E)
+        if weights.config.mask_token_id is None:
+            embeddings = fast.embed(weights, inputs, project=False, threads=threads)  # (N, E)
+        else:  # ESM's token dropout counts a text's <mask> tokens: one text at a time
+            embeddings = np.concatenate([
+                embed_alone(weights, Inputs(*(a if a is None else a[s] for a in inputs[:3]), None),
+                            threads)
+                for s in text_slices(lengths)
+            ])  # fmt: skip
     return {
         "embeddings": embeddings,
         "lengths": lengths,

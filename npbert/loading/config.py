@@ -148,6 +148,9 @@ def expected_tensors(raw: dict, model_type: str, where: str) -> list[str]:
         if name.startswith("projection"):
             if not wants_projection(raw, family, where):
                 continue
+        elif name == "position_embeddings" and family.position_key:
+            if raw.get(family.position_key, "absolute") != "absolute":  # ESM-2's "rotary"
+                continue
         elif name in family.optional:
             key, default = family.optional[name]
             if not _flag(raw, key, default, where):
@@ -203,7 +206,23 @@ def make_config(
         word_scale=math.sqrt(hidden_size) if rescale else 1.0,
         projection=family.projection if projected else None,
         sinusoidal=sinusoidal,
+        layer_norm="layer_norm_weight" in shapes,
+        mask_token_id=dropout_mask_id(raw, family, vocab_size, where),
     )
+
+
+def dropout_mask_id(raw: dict, family: Family, vocab_size: int, where: str) -> int | None:
+    """ESM's <mask> id where it applies token dropout (token_dropout), else None."""
+    if not family.token_dropout or not _flag(raw, "token_dropout", False, where):
+        return None
+    mask_token_id = _integer(raw, "mask_token_id", where)
+    if mask_token_id is None:
+        raise InputError(f"{where}: token_dropout is true, but mask_token_id is missing")
+    if mask_token_id >= vocab_size:
+        raise InputError(
+            f"{where}: mask_token_id {mask_token_id} is past the vocabulary ({vocab_size} tokens)"
+        )
+    return mask_token_id
 
 
 def check_sizes(raw: dict, family: Family, where: str, *, hidden: int, **sizes) -> None:
