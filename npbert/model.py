@@ -149,8 +149,8 @@ def embed(
 
     Defaults are the family's: token types 0 where it has a table, positions 0..L-1 or
     derived from the padding (RoBERTa). project=True also applies the projection E -> H that
-    ALBERT, ELECTRA and RoFormer apply right after the module: the result is what the first
-    encoder layer receives. Bad input raises InputError (a ValueError).
+    ALBERT, ELECTRA, RoFormer, ConvBERT and RemBERT apply right after the module: the result is
+    what the first encoder layer receives. Bad input raises InputError (a ValueError).
 
     float32 runs the fast path (npbert.layer.fast) on `threads` threads (default: every core the
     process may use), within 2e-6 of the readable embed_stages for outputs under about 8 (up to

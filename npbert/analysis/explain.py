@@ -145,11 +145,14 @@ def _row_range(ids: np.ndarray) -> str:
 def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, position_ids) -> dict:
     """What each stage is, for this checkpoint."""
     config = weights.config
-    hidden = stages["normalized"].shape[-1]
+    hidden = stages["embeddings"].shape[-1]
     terms = {"word": "token", "token_type": "segment", "position": "position"}
     summed = " + ".join(terms[name] for name in stages if name in terms)
     if config.word_scale != 1.0:
         summed = summed.replace("token", f"token * sqrt({config.hidden_size})", 1)
+    if config.mask_token_id is not None:  # ESM's token dropout
+        summed = summed.replace("token", "token dropout (<mask> rows zeroed, rows scaled)", 1)
+    masked = ", then times attention_mask" if config.family.masks_padding else ""
     titles = {
         "word": f"Token embeddings: rows of word_embeddings {weights.word_embeddings.shape}, a "
         "learned table. Context-free: a token gets the same row in every sentence.",
@@ -158,8 +161,10 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
         f"(x - mean) / sqrt(var + {config.layer_norm_eps:g})",
         "embeddings": "LayerNorm, learned scale and shift: * gamma"
         + (" + beta" if weights.layer_norm_bias is not None else " (no beta in this model)")
-        + (", then times attention_mask" if config.family.masks_padding else ""),
+        + masked,
     }
+    if not config.layer_norm:  # Megatron-BERT: its encoder layers normalize their input
+        titles["embeddings"] = f"Output: the sum, not normalized in this layer{masked}"
     if "token_type" in stages:
         rows = _row_range(np.asarray(token_type_ids))
         titles["token_type"] = (

@@ -50,9 +50,9 @@ def add_text_arguments(embed) -> None:
     embed.add_argument(
         "--project",
         action="store_true",
-        help="also apply the projection to the hidden size that ALBERT, ELECTRA and RoFormer "
-        "apply after the layer: what the first encoder layer receives (other families have "
-        "none: it changes nothing)",
+        help="also apply the projection to the hidden size that ALBERT, ELECTRA, RoFormer, "
+        "ConvBERT and RemBERT apply after the layer: what the first encoder layer receives "
+        "(other families have none: it changes nothing)",
     )
 
 

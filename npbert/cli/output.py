@@ -66,7 +66,7 @@ def metadata(weights, **inputs) -> dict:
         **weights.source,
         **inputs,
         "model_type": weights.config.model_type,
-        "layer_norm_eps": weights.config.layer_norm_eps,
+        "layer_norm_eps": weights.config.layer_norm_eps if weights.config.layer_norm else None,
     }
 
 
@@ -95,8 +95,8 @@ def describe(config) -> str:
         types = f"{config.type_vocab_size} token type{'s' * (config.type_vocab_size != 1)}"
     return (
         f"{config.model_type}: {config.formula}; vocab {config.vocab_size}, width "
-        f"{config.embedding_size}, hidden {config.hidden_size}, {positions}, {types}, "
-        f"eps {config.layer_norm_eps:g}"
+        f"{config.embedding_size}, hidden {config.hidden_size}, {positions}, {types}"
+        + (f", eps {config.layer_norm_eps:g}" if config.layer_norm else ", no norm")
     )
 
 

@@ -69,8 +69,9 @@ def run_positions(args) -> int:
     if first:  # as figures["first_row"] says in JSON
         header += (
             f"rows {first}..{first + len(table) - 1} of its position table: "
-            f"{config.model_type} numbers real tokens from padding_idx + 1 (position 0 below is "
-            f"row {first})\n"
+            f"{config.model_type} numbers real tokens from "
+            + ("padding_idx + 1" if config.padding_idx is not None else f"row {first}")
+            + f" (position 0 below is row {first})\n"
         )
     say(to_json(figures) if args.json else header + format_report(figures))
     if args.plot is not None:
@@ -80,12 +81,13 @@ def run_positions(args) -> int:
 
 def position_rows(weights, model: str) -> tuple:
     """(the first row a real token's position looks up, the table from it): RoBERTa's rows up
-    to padding_idx are never a real token's. InputError without a learned position table."""
+    to padding_idx are never a real token's, nor Nystromformer's first two. InputError without
+    a learned position table."""
     config = weights.config
     if weights.position_embeddings is None:
         raise InputError(
             f"{model}: {config.model_type} has no learned position table (its positions are "
             "computed in attention, e.g. rotary): there is nothing to compare"
         )
-    first = 0 if config.padding_idx is None else config.padding_idx + 1
+    first = config.position_offset if config.padding_idx is None else config.padding_idx + 1
     return first, weights.position_embeddings[first:]

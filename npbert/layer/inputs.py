@@ -291,6 +291,11 @@ def _limit(config) -> str:
     table = config.max_position_embeddings
     if config.max_length != positions_in(table, config.padding_idx, config.position_offset):
         return f"max_length ({config.max_length}, of a position table of {table} rows)"
+    if config.position_offset:
+        return (
+            f"{config.model_type}'s positions allow ({config.max_length}: a table of {table} "
+            f"rows, from row {config.position_offset})"
+        )
     if config.padding_idx is None:
         return f"max_position_embeddings ({table})"
     return (

@@ -343,10 +343,13 @@ def float32_trouble(weights) -> str | None:
 
 def largest_output(weights) -> float:
     """The largest |value| the layer can output: gamma times a normalized value (at most
-    sqrt(width) for rows of width values), plus beta; 0 without a norm (the sum is bounded
-    where this is called)."""
+    sqrt(width) for rows of width values), plus beta; without a norm, the rows' largest
+    values added (ESM's token dropout scales its word rows further, where <mask> tokens are
+    given)."""
     if weights.layer_norm_weight is None:
-        return 0.0
+        tables = ("word_embeddings", "token_type_embeddings", "position_embeddings")
+        arrays = [getattr(weights, name) for name in tables]
+        return sum(float(np.abs(a).max(initial=0)) for a in arrays if a is not None)
     width = weights.layer_norm_weight.shape[0]
     bias = 0.0 if weights.layer_norm_bias is None else float(np.abs(weights.layer_norm_bias).max())
     return float(np.abs(weights.layer_norm_weight).max()) * math.sqrt(width) + bias

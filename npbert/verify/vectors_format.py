@@ -20,8 +20,10 @@ STAGE_MEANING = {
     "times word_scale), (B, L, E)",
     "embed_proj": "DeBERTa's Linear (no bias) from E to the hidden size H, before the norm",
     "normalized": "(x - mean) / sqrt(var + layer_norm_eps) over the last axis, before gamma/beta",
-    "embeddings": "normalized * gamma (+ beta): the layer's output (DeBERTa: times attention_mask)",
-    "projected": "the Linear to the hidden size H that ALBERT, ELECTRA and RoFormer apply after "
+    "embeddings": "normalized * gamma (+ beta): the layer's output (DeBERTa, ESM: times "
+    "attention_mask; Megatron-BERT, XLM-RoBERTa-XL: the sum, not normalized)",
+    "projected": "the Linear to the hidden size H that ALBERT, ELECTRA, RoFormer, ConvBERT and "
+    "RemBERT apply after "
     "the layer: what the first encoder layer receives, (B, L, H)",
 }
 
@@ -51,9 +53,11 @@ float32 and in float64:
                         rescales: its word file holds them unscaled)
     embed_proj.*.npy    DeBERTa's projection to the hidden size, before the norm (B, L, H)
     normalized.*.npy    (x - mean) / sqrt(var + eps), over the last axis
-    embeddings.*.npy    normalized * gamma (+ beta): the output
-    projected.*.npy     ALBERT's, ELECTRA's and RoFormer's projection to the hidden
-                        size, after the layer: what the first encoder layer receives
+    embeddings.*.npy    normalized * gamma (+ beta): the output (the sum, where the
+                        layer has no norm)
+    projected.*.npy     the projection to the hidden size after the layer (ALBERT,
+                        ELECTRA, RoFormer, ConvBERT, RemBERT): what the first encoder
+                        layer receives
 
 float64 files are computed in float64 from the stored weights: the exact reference. float32
 files are what a float32 implementation should produce. Padding positions are embedded like
