@@ -86,6 +86,7 @@ from transformers import (
     ElectraForPreTraining,
     ErnieModel,
     EsmForMaskedLM,
+    FNetModel,
     FunnelBaseModel,
     FunnelTokenizer,
     GteModel,
@@ -402,6 +403,7 @@ class Family:
     projection: str | None = None  # on the base model, applied after the module
     ids_from_tokenizer: bool = False  # special ids sit after the trained BPE: ask the tokenizer
     norm_scale: float = 1.0  # gamma drawn this many times larger: outputs of that size
+    inside_last: str | None = None  # FNet: the module's Linear after its norm
     types_given: bool = False  # the module fails without token_type_ids: pass zeros (LUKE)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -872,6 +874,16 @@ FAMILIES = (
         )
     ),
     Family(
+        "fnet",
+        FNetModel,
+        {**BERT_SIZES, "type_vocab_size": 4, "pad_token_id": 0},
+        WORDPIECE,
+        ("word", "token_type", "position"),
+        "LN((W + T) + P), then the module's own projection (H -> H, bias)",
+        inside_last="projection",
+        notes=("embeddings.projection (Linear H -> H) is the module's last step",),
+    ),
+    Family(
         "megatron-bert",
         MegatronBertModel,
         {**BERT_SIZES, "type_vocab_size": 2},
@@ -1124,6 +1136,8 @@ def build_checkpoint(family: Family) -> Path:
             randomize_norm(getattr(model.base_model.embeddings, family.norm), family.norm_scale)
         if family.projection:
             randomize_bias(operator.attrgetter(family.projection)(model.base_model))
+        if family.inside_last:
+            randomize_bias(getattr(model.base_model.embeddings, family.inside_last))
         model.save_pretrained(directory)
         config = config.to_dict()
     if tokenizer is not None:
@@ -1261,7 +1275,7 @@ def tensor_of(output) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
-def run_module(module, norm, kwargs: dict, dtype) -> tuple[torch.Tensor, dict]:
+def run_module(module, norm, kwargs: dict, dtype, last=None) -> tuple[torch.Tensor, dict]:
     """The module's output, and the inputs of its norm and of its embed_proj (DeBERTa), seen
     through forward pre-hooks: what the module itself computed before them."""
     module = copy.deepcopy(module).to(dtype)
@@ -1270,6 +1284,8 @@ def run_module(module, norm, kwargs: dict, dtype) -> tuple[torch.Tensor, dict]:
     sites = {"norm_input": getattr(module, norm or "dropout")}
     if getattr(module, "embed_proj", None) is not None:
         sites["proj_input"] = module.embed_proj
+    if last is not None:  # FNet's projection, after the norm
+        sites["last_input"] = getattr(module, last)
     hooks = [
         site.register_forward_pre_hook(lambda _, args, key=key: seen.setdefault(key, args[0]))
         for key, site in sites.items()
@@ -1296,8 +1312,8 @@ def family_stages(family: Family, module, projection, kwargs: dict, used: dict) 
         if family.scale_word:  # as BigBirdEmbeddings: inputs_embeds * (self.hidden_size**0.5)
             first = first * (module.hidden_size**0.5)
         summed = functools.reduce(operator.add, [lookups[name] for name in family.order[1:]], first)
-    output, seen = run_module(module, family.norm, kwargs, torch.float32)
-    output64, _ = run_module(module, family.norm, kwargs, torch.float64)
+    output, seen = run_module(module, family.norm, kwargs, torch.float32, family.inside_last)
+    output64, _ = run_module(module, family.norm, kwargs, torch.float64, family.inside_last)
     stages = {name: value.numpy() for name, value in lookups.items()}
     x = seen.get("norm_input")
     if family.rescales_word:  # ESM: the module's own sum, where its norm shows it
@@ -1311,6 +1327,8 @@ def family_stages(family: Family, module, projection, kwargs: dict, used: dict) 
     if family.norm:
         eps = norm_eps(getattr(module, family.norm))
         stages["normalized"] = torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps).numpy()
+    if "last_input" in seen:
+        stages["layer_norm"] = seen["last_input"].numpy()
     stages["embeddings"] = output.numpy()
     stages["embeddings_float64"] = output64.numpy()
     if projection is not None:

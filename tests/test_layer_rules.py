@@ -154,7 +154,7 @@ def test_settings_the_layer_does_not_compute_are_refused(tmp_path, name, changes
         npbert.load_weights(changed(tmp_path, name, **changes))
 
 
-@pytest.mark.parametrize("model_type", ["tapas", "layoutlm", "fnet", "mobilebert"])
+@pytest.mark.parametrize("model_type", ["tapas", "layoutlm", "mobilebert"])
 def test_layers_with_inputs_or_steps_of_their_own_are_refused_by_name(tmp_path, model_type):
     directory = changed(tmp_path, "bert-generation", model_type=model_type)
     with pytest.raises(InputError) as refused:

@@ -163,6 +163,10 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
         + (" + beta" if weights.layer_norm_bias is not None else " (no beta in this model)")
         + masked,
     }
+    if "layer_norm" in stages:  # FNet: its layer ends with a Linear
+        titles["layer_norm"] = titles["embeddings"]
+        shape = weights.projection_weight.shape
+        titles["embeddings"] = f"Projection {shape} with bias, the layer's last step (FNet's)"
     if not config.layer_norm:  # Megatron-BERT: its encoder layers normalize their input
         titles["embeddings"] = f"Output: the sum, not normalized in this layer{masked}"
     if "token_type" in stages:

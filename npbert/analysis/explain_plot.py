@@ -21,6 +21,7 @@ ROWS = (
     ("position", "+ Position\nembeddings"),
     ("sum", "= Sum"),
     ("embed_proj", "Projection\nE -> H"),
+    ("layer_norm", "LayerNorm\noutput"),  # FNet's, before the Linear its layer ends with
     ("embeddings", "LayerNorm\noutput"),
 )
 WHOLE = 64  # a width up to this is drawn whole; a wider one, its first FIRST and last LAST
@@ -35,7 +36,12 @@ def figure_data(weights, tokens, input_ids, token_type_ids, attention_mask, posi
     stages = embed_stages(weights, input_ids, types, position_ids, attention_mask)
     width = stages["embeddings"].shape[-1]
     labels = tokens if tokens is not None else [str(i) for i in input_ids]
-    rows = [(title, drawn(stages[name])) for name, title in ROWS if name in stages]
+    titles = dict(ROWS)
+    if "layer_norm" in stages:
+        titles["embeddings"] = "Projection\nH -> H"
+    elif not weights.config.layer_norm:  # Megatron-BERT's output is the sum
+        titles["embeddings"] = "Output\n(no norm)"
+    rows = [(titles[name], drawn(stages[name])) for name in titles if name in stages]
     return {
         "columns": [f"{token}\n{int(i)}" for token, i in zip(labels, input_ids, strict=True)],
         "rows": rows,

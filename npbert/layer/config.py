@@ -27,7 +27,7 @@ class EmbeddingConfig:
     padding_idx: int | None  # where positions == "padded"
     max_length: int | None  # tokens a sequence may have (None: no limit in the layer)
     word_scale: float = 1.0  # BigBird with rescale_embeddings: sqrt(H)
-    projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer), "inside"
+    projection: str | None = None  # "after" the module, "inside" (DeBERTa), "last" (FNet)
     position_offset: int = 0  # absolute positions start here (2 in Nystromformer, YOSO, MRA)
     sinusoidal: bool = False  # the position table holds fixed sinusoids, not learned rows
     layer_norm: bool = True  # the layer normalizes (not Megatron-BERT; ESM with its flag)
@@ -49,8 +49,8 @@ class EmbeddingConfig:
 
     @property
     def output_size(self) -> int:
-        """The width of the layer's output: E, or H after DeBERTa's projection."""
-        return self.hidden_size if self.projection == "inside" else self.embedding_size
+        """The width of the layer's output: E, or H after DeBERTa's or FNet's projection."""
+        return self.hidden_size if self.projection in ("inside", "last") else self.embedding_size
 
 
 def check_config(config: EmbeddingConfig) -> None:

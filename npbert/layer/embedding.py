@@ -149,6 +149,15 @@ def megatron(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) 
                 embeddings=summed)  # fmt: skip
 
 
+def fnet(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """Linear(LayerNorm((W + T) + P)): FNet, whose module ends with a Linear(H -> H) (its
+    `projection`, with a bias) after BERT's layer. layer_norm holds the LayerNorm's output."""
+    stages = bert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype)
+    stages["layer_norm"] = stages.pop("embeddings")  # (B, L, H)
+    stages["embeddings"] = linear(stages["layer_norm"], w.projection_weight, w.projection_bias)
+    return stages  # embeddings (B, L, H)
+
+
 def big_bird(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
     """LayerNorm((W * sqrt(H) + T) + P): BigBird, its word rows scaled by sqrt(H) when
     rescale_embeddings is set (w.config.word_scale; 1 otherwise, which changes nothing). The

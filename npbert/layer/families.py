@@ -286,6 +286,15 @@ FAMILIES["esm"] = Family(
         "with no tokenizer.json for the tokenizers library to run"
     ),
 )
+FAMILIES["fnet"] = Family(
+    embedding.fnet,
+    "Linear(LayerNorm((W + T) + P)): the Linear(H -> H) is the module's own, after the norm",
+    "fnet",
+    BERT | projection("embeddings.projection"),
+    pad_default=3,
+    projection="last",
+    projection_always=True,
+)
 # Positions from 2: their tables have max_position_embeddings + 2 rows.
 for name, eps in (("nystromformer", 1e-5), ("yoso", 1e-12), ("mra", 1e-5)):
     FAMILIES[name] = Family(
@@ -363,7 +372,6 @@ FAMILIES["nomic_bert"] = replace(NOMIC_TRANSFORMERS, other_layout=("n_embd", NOM
 REFUSED = {
     "xlm": "XLM adds language embeddings and looks token types up in the word table",
     "mobilebert": "MobileBERT embeds trigrams of tokens and normalizes with NoNorm",
-    "fnet": "FNet applies a Linear(H -> H) inside its embedding module, after the LayerNorm",
     "tapas": "TAPAS looks up seven token-type tables, from token_type_ids of shape (B, L, 7) that "
     "its tokenizer derives from a table, and restarts positions in each cell; npbert's token "
     "types are one per token",

@@ -57,7 +57,9 @@ class Family:
     max_length_default: int | None = None
     # Tensors that exist only when a config key is true (non-zero), with the key's default.
     optional: dict[str, tuple[str, object]] = field(default_factory=dict)
-    projection: str | None = None  # "after" the module (ALBERT, ELECTRA, RoFormer) or "inside"
+    # the Linear to H: "after" the module (ALBERT, ELECTRA, RoFormer, ConvBERT, RemBERT),
+    # "inside" it before the norm (DeBERTa), or "last" in it, after the norm (FNet)
+    projection: str | None = None
     projection_always: bool = False  # ALBERT projects even when E == H
     # Where config.json is silent on the sizes that decide a projection, the model's own
     # defaults decide it, as in transformers: H, and E (None: E = H).

@@ -54,7 +54,7 @@ def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     out = empty(shape, plan.words) if len(plan.blocks) > 1 else np.empty(shape, np.float32)
     run(plan.work(out, input_ids.reshape(-1)), plan.blocks, threads)
     note_tokens(weights, record, batch * length)
-    if project and config.projection == "after":
+    if config.projection == "last" or (project and config.projection == "after"):
         out = apply_projection(weights, out)  # (B * L, H)
     out = out.reshape(batch, length, -1)  # (B, L, E or H)
     return out if inputs.input_ids.ndim == 2 else out[0]
@@ -199,7 +199,7 @@ def added_tile(added: np.ndarray, rows: np.ndarray, leading: bool, batch: int, b
 
 
 def apply_projection(weights, x: np.ndarray) -> np.ndarray:
-    """The projection E -> H that ALBERT, ELECTRA and RoFormer apply after the layer: x
+    """The projection E -> H applied after the layer (ALBERT's), or last in it (FNet's): x
     (..., E) float32 -> (..., H) float32, each row rounded as it would be in any batch."""
     rows = x.reshape(-1, x.shape[-1])  # (n, E)
     projected = np.empty((len(rows), weights.projection_weight.shape[0]), np.float32)

@@ -62,11 +62,16 @@ def after_sum(case: Case, norm: Callable, affine: Callable) -> dict:
 
 
 def tail(case: Case, embeddings: np.ndarray) -> dict:
-    """The stages after the LayerNorm: DeBERTa's mask, then a projection after the layer."""
+    """The stages after the LayerNorm: FNet's Linear, DeBERTa's mask, then a projection after
+    the layer."""
     w = case.weights
+    stages = {}
+    if "layer_norm" in case.reference:  # FNet's layer ends with its Linear
+        stages["layer_norm"] = embeddings
+        embeddings = linear(embeddings, w.projection_weight, w.projection_bias)  # (B, L, H)
     if case.layer_mask is not None:
         embeddings = embeddings * case.layer_mask[..., None]  # (B, L, H)
-    stages = {"embeddings": embeddings}
+    stages["embeddings"] = embeddings
     if "projected" in case.reference:
         stages["projected"] = linear(embeddings, w.projection_weight, w.projection_bias)
     return stages

@@ -18,6 +18,7 @@ STAGES = (
     "sum",
     "embed_proj",
     "normalized",
+    "layer_norm",
     "embeddings",
     "projected",
 )
@@ -68,6 +69,7 @@ def default_atol(reference: np.ndarray, dtype=np.float32, base: float = DEFAULT_
 PRODUCTS = {
     "embed_proj": (("sum", "word"), "projection_weight", None),  # DeBERTa's, inside the layer
     "projected": (("embeddings",), "projection_weight", "projection_bias"),  # after it
+    "embeddings": (("layer_norm",), "projection_weight", "projection_bias"),  # FNet's, last
 }
 
 
@@ -103,9 +105,9 @@ def stage_atols(
     default_atol, and for a product stage (given the weights) product_atol where that is more."""
     atols = {name: default_atol(values, dtype, base) for name, values in reference64.items()}
     for name, (inputs, weight, bias) in PRODUCTS.items():
-        if weights is None or name not in reference64:
+        x = next((stage for stage in inputs if stage in reference64), None)
+        if weights is None or name not in reference64 or x is None:  # (a product elsewhere)
             continue
-        x = next(stage for stage in inputs if stage in reference64)
         w, b = getattr(weights, weight), bias and getattr(weights, bias)
         atols[name] = max(atols[name], product_atol(reference64[x], w, b, atols[x], dtype))
     return atols

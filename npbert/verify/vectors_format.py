@@ -20,6 +20,7 @@ STAGE_MEANING = {
     "times word_scale), (B, L, E)",
     "embed_proj": "DeBERTa's Linear (no bias) from E to the hidden size H, before the norm",
     "normalized": "(x - mean) / sqrt(var + layer_norm_eps) over the last axis, before gamma/beta",
+    "layer_norm": "FNet's normalized * gamma + beta, before the Linear its layer ends with",
     "embeddings": "normalized * gamma (+ beta): the layer's output (DeBERTa, ESM: times "
     "attention_mask; Megatron-BERT, XLM-RoBERTa-XL: the sum, not normalized)",
     "projected": "the Linear to the hidden size H that ALBERT, ELECTRA, RoFormer, ConvBERT and "
