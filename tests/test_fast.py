@@ -304,7 +304,7 @@ def test_default_positions_add_the_tables_first_rows_and_change_no_bit(name):
         if (
             config.positions == "absolute"
             and not config.position_offset
-            and config.family.normalized
+            and config.norm is not None
         ):
             inputs = prepare_inputs(config, ids[:1], None, None, None)
             plan = fast.Plan.make(weights, tables.derived(weights), inputs, 1, length, fast.BLOCK)

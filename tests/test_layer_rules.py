@@ -51,7 +51,7 @@ def test_positions_report_leaves_out_the_rows_nystromformer_never_reads(capsys):
 @pytest.mark.parametrize("name", ["megatron-bert", "xlm-roberta-xl"])
 def test_without_a_norm_the_output_is_the_sum(name, capsys):
     weights = npbert.load_weights(DATA / f"tiny-{name}")
-    assert weights.layer_norm_weight is None and not weights.config.layer_norm
+    assert weights.layer_norm_weight is None and weights.config.norm is None
     stages = npbert.embed_stages(weights, [[5, 6, 7, 8]])
     assert "normalized" not in stages
     np.testing.assert_array_equal(stages["embeddings"], stages["sum"])

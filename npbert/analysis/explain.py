@@ -167,7 +167,7 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
         titles["layer_norm"] = titles["embeddings"]
         shape = weights.projection_weight.shape
         titles["embeddings"] = f"Projection {shape} with bias, the layer's last step (FNet's)"
-    if not config.layer_norm:  # Megatron-BERT: its encoder layers normalize their input
+    if config.norm is None:  # Megatron-BERT: its encoder layers normalize their input
         titles["embeddings"] = f"Output: the sum, not normalized in this layer{masked}"
     if "token_type" in stages:
         rows = _row_range(np.asarray(token_type_ids))

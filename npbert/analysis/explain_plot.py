@@ -39,7 +39,7 @@ def figure_data(weights, tokens, input_ids, token_type_ids, attention_mask, posi
     titles = dict(ROWS)
     if "layer_norm" in stages:
         titles["embeddings"] = "Projection\nH -> H"
-    elif not weights.config.layer_norm:  # Megatron-BERT's output is the sum
+    elif weights.config.norm is None:  # Megatron-BERT's output is the sum
         titles["embeddings"] = "Output\n(no norm)"
     rows = [(titles[name], drawn(stages[name])) for name in titles if name in stages]
     return {

@@ -46,7 +46,8 @@ def run_inspect(args) -> int:
             f"{stored.nbytes:>12,}  {stored.file.name:<{files}} {scan_values(stored)}"
         )
     say(f"embedding tensors: {sum(t.nbytes for t in tensors.values()):,} bytes")
-    say(f"layer_norm_eps: {config.layer_norm_eps if config.layer_norm else 'none (no norm)'}")
+    eps = config.layer_norm_eps if config.norm == "layer_norm" else f"none ({config.norm})"
+    say(f"layer_norm_eps: {eps}")
     for key in ("pad_token_id", "positions", "padding_idx", "max_length"):
         say(f"{key}: {getattr(config, key)}")
     for key in ("vocab_size", "embedding_size", "hidden_size"):

@@ -66,7 +66,9 @@ def metadata(weights, **inputs) -> dict:
         **weights.source,
         **inputs,
         "model_type": weights.config.model_type,
-        "layer_norm_eps": weights.config.layer_norm_eps if weights.config.layer_norm else None,
+        "layer_norm_eps": weights.config.layer_norm_eps
+        if weights.config.norm == "layer_norm"
+        else None,
     }
 
 
@@ -85,6 +87,9 @@ def save(path: Path, output: str, arrays: dict[str, np.ndarray], meta: dict) -> 
     return 0
 
 
+NORMS = {None: ", no norm", "no_norm": ", NoNorm (scale and shift only)"}
+
+
 def describe(config) -> str:
     """One line on what a checkpoint's embedding layer is."""
     positions = "no position table"
@@ -96,7 +101,11 @@ def describe(config) -> str:
     return (
         f"{config.model_type}: {config.formula}; vocab {config.vocab_size}, width "
         f"{config.embedding_size}, hidden {config.hidden_size}, {positions}, {types}"
-        + (f", eps {config.layer_norm_eps:g}" if config.layer_norm else ", no norm")
+        + (
+            f", eps {config.layer_norm_eps:g}"
+            if config.norm == "layer_norm"
+            else NORMS[config.norm]
+        )
     )
 
 

@@ -30,7 +30,10 @@ class EmbeddingConfig:
     projection: str | None = None  # "after" the module, "inside" (DeBERTa), "last" (FNet)
     position_offset: int = 0  # absolute positions start here (2 in Nystromformer, YOSO, MRA)
     sinusoidal: bool = False  # the position table holds fixed sinusoids, not learned rows
-    layer_norm: bool = True  # the layer normalizes (not Megatron-BERT; ESM with its flag)
+    # "layer_norm"; "no_norm": MobileBERT's scale and shift without statistics; None: no norm
+    # (Megatron-BERT; ESM without emb_layer_norm_before)
+    norm: str | None = "layer_norm"
+    trigram: bool = False  # MobileBERT's trigram_input: each token's row beside its neighbors
     mask_token_id: int | None = None  # ESM's token dropout: its <mask> id; None without it
 
     def __post_init__(self):
@@ -84,12 +87,13 @@ def check_config(config: EmbeddingConfig) -> None:
 def _check_norm(config: EmbeddingConfig, where: str) -> None:
     """layer_norm as the family allows it; mask_token_id only where it has token dropout."""
     family = config.family
-    allowed = {True, False} if "layer_norm_weight" in family.optional else {family.normalized}
-    if not isinstance(config.layer_norm, bool) or config.layer_norm not in allowed:
+    if config.norm not in family.norms:
         raise InputError(
-            f"{where}: layer_norm is {config.layer_norm!r}; {config.model_type}'s layer "
-            + ("normalizes" if family.normalized else "has no norm")
+            f"{where}: norm is {config.norm!r}; {config.model_type}'s layer has "
+            + " or ".join(repr(norm) for norm in family.norms)
         )
+    if config.trigram not in ((False, True) if family.trigram_key else (False,)):
+        raise InputError(f"{where}: trigram is {config.trigram!r}; only MobileBERT's may be True")
     if config.mask_token_id is not None and not family.token_dropout:
         raise InputError(
             f"{where}: mask_token_id is for ESM's token dropout, not {config.model_type}"

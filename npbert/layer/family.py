@@ -40,7 +40,11 @@ class Family:
     # Where "absolute" positions start: 2 in Nystromformer, YOSO and MRA, whose position tables
     # are two rows longer than max_position_embeddings and whose models never read rows 0 and 1.
     position_offset: int = 0
-    normalized: bool = True  # False: no norm in the layer (it moved to the encoder's layers)
+    # The norms its layer may have (EmbeddingConfig.norm): None where it moved to the encoder's
+    # layers; MobileBERT's config.json chooses under norm_key
+    norms: tuple = ("layer_norm",)
+    norm_key: str | None = None
+    trigram_key: str | None = None  # MobileBERT's trigram_input
     # False: npbert.layer.fast runs the specification, a pass of elementwise steps, for layers
     # its restructuring does not cover (no norm; ESM's token dropout)
     fast_path: bool = True
@@ -129,7 +133,7 @@ def gte_formula(config) -> str:
 def esm_formula(config) -> str:
     x = "dropped(W)" if config.mask_token_id is not None else "W"
     x = f"{x} + P" if config.positions != "none" else x
-    x = f"LayerNorm({x})" if config.layer_norm else x
+    x = f"LayerNorm({x})" if config.norm else x
     return f"{x} * attention_mask" + (
         "; positions are rotary" if config.positions == "none" else ""
     )

@@ -36,7 +36,7 @@ class EmbeddingWeights:
         if not isinstance(self.config, EmbeddingConfig):
             raise InputError(f"EmbeddingWeights: config is {type(self.config).__name__}")
         # ModernBERT's LayerNorm has a bias only with norm_bias, which the config does not keep
-        # (ESM's norm is optional too, but whole: config.layer_norm says)
+        # (ESM's norm is optional too, but whole: config.norm says)
         optional = self.config.family.optional
         no_bias = "layer_norm_bias" in optional and "layer_norm_weight" not in optional
         for name, shape in expected_shapes(self.config).items():
@@ -83,7 +83,7 @@ def check_weights(weights) -> None:
 def expected_shapes(config: EmbeddingConfig) -> dict[str, tuple[int, ...] | None]:
     """Each EmbeddingWeights array's shape under `config`; None where the family has none."""
     e, h, out = config.embedding_size, config.hidden_size, config.output_size
-    norm = (out,) if config.layer_norm else None  # Megatron-BERT's layer has none
+    norm = None if config.norm is None else (out,)  # Megatron-BERT's layer has none
     positions, types = config.max_position_embeddings, config.type_vocab_size
     biased = config.projection and "projection_bias" in config.family.tensors  # not DeBERTa's
     return {

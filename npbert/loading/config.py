@@ -206,9 +206,26 @@ def make_config(
         word_scale=math.sqrt(hidden_size) if rescale else 1.0,
         projection=family.projection if projected else None,
         sinusoidal=sinusoidal,
-        layer_norm="layer_norm_weight" in shapes,
+        norm=norm_of(raw, family, shapes, where),
+        trigram=family.trigram_key is not None and _flag(raw, family.trigram_key, True, where),
         mask_token_id=dropout_mask_id(raw, family, vocab_size, where),
     )
+
+
+def norm_of(raw: dict, family: Family, shapes: dict, where: str) -> str | None:
+    """The layer's norm: None where the checkpoint has none (as its family allows), else
+    "layer_norm", or what config.json chooses (MobileBERT's normalization_type)."""
+    if "layer_norm_weight" not in shapes:
+        return None
+    if family.norm_key is None:
+        return "layer_norm"
+    value = raw.get(family.norm_key, family.norms[0])
+    if value not in family.norms:
+        raise InputError(
+            f"{where}: {family.norm_key} is {value!r}; the model takes "
+            + " or ".join(repr(norm) for norm in family.norms)
+        )
+    return value
 
 
 def dropout_mask_id(raw: dict, family: Family, vocab_size: int, where: str) -> int | None:

@@ -39,7 +39,7 @@ EPSILONS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13
 
 
 def other_eps(case: Case):
-    if not case.config.layer_norm:  # Megatron-BERT's layer has no norm to get wrong
+    if case.config.norm != "layer_norm":  # Megatron-BERT's layer has none to get wrong
         return
     for value in EPSILONS:
         if not np.isclose(value, eps(case), rtol=1e-3, atol=0):
@@ -47,7 +47,7 @@ def other_eps(case: Case):
 
 
 def unbiased_variance(case: Case):
-    if not case.config.layer_norm:
+    if case.config.norm != "layer_norm":
         return
 
     def norm(x):  # the variance divided by H - 1, as torch.var and numpy's ddof=1 have it
@@ -59,7 +59,7 @@ def unbiased_variance(case: Case):
 
 
 def swapped_affine(case: Case):
-    if case.config.layer_norm and case.weights.layer_norm_bias is not None:
+    if case.config.norm is not None and case.weights.layer_norm_bias is not None:
         yield (
             None,
             after_sum(
@@ -69,14 +69,14 @@ def swapped_affine(case: Case):
 
 
 def no_affine(case: Case):
-    if case.config.layer_norm:
+    if case.config.norm == "layer_norm":
         yield None, after_sum(case, lambda x: normalize(x, eps(case)), lambda n, g, b: n)
 
 
 def norm_where_none(case: Case):
     """A LayerNorm (without weights: the checkpoint has none) where the layer has none: a port
     of Megatron-BERT or XLM-RoBERTa-XL written from BERT's."""
-    if not case.config.layer_norm and "sum" in case.reference:
+    if case.config.norm is None and "sum" in case.reference:
         for value in (1e-12, 1e-5):
             yield value, after_sum(case, lambda x, e=value: normalize(x, e), lambda n, g, b: n)
 
