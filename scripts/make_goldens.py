@@ -95,6 +95,7 @@ from transformers import (
     LongformerModel,
     LukeModel,
     MegatronBertModel,
+    MobileBertModel,
     ModernBertForMaskedLM,
     MPNetModel,
     MPNetTokenizer,
@@ -404,6 +405,8 @@ class Family:
     ids_from_tokenizer: bool = False  # special ids sit after the trained BPE: ask the tokenizer
     norm_scale: float = 1.0  # gamma drawn this many times larger: outputs of that size
     inside_last: str | None = None  # FNet: the module's Linear after its norm
+    # MobileBERT: its Linear of the word rows comes before the other rows are added
+    words_projected: bool = False
     types_given: bool = False  # the module fails without token_type_ids: pass zeros (LUKE)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -873,6 +876,48 @@ FAMILIES = (
             ("esm-no-dropout", "absolute", "layer_norm", False, "LN(W + P) * mask"),
         )
     ),
+    *(
+        Family(
+            name,
+            MobileBertModel,
+            {
+                **BERT_SIZES,
+                "embedding_size": width,
+                "type_vocab_size": 2,
+                "trigram_input": tri,
+                "normalization_type": norm,
+                "true_hidden_size": 32,
+                "intra_bottleneck_size": 32,
+                "num_feedforward_networks": 1,
+            },
+            WORDPIECE,
+            ("word", "position", "token_type"),
+            formula,
+            words_projected=True,
+            notes=(
+                "the module's sum follows its Linear (embedding_transformation): stored "
+                "from its norm's input; the trigram and the Linear's output from hooks",
+            ),
+        )
+        for name, width, tri, norm, formula in (
+            ("mobilebert", 16, True, "no_norm", "NoNorm(Linear(trigram(W)) + P + T)"),
+            (
+                "mobilebert-layer-norm",
+                16,
+                True,
+                "layer_norm",
+                "LN(Linear(trigram(W)) + P + T), eps 1e-5 (torch's default)",
+            ),
+            ("mobilebert-no-trigram", 16, False, "no_norm", "NoNorm(Linear(W) + P + T)"),
+            (
+                "mobilebert-plain",
+                32,
+                False,
+                "no_norm",
+                "NoNorm(W + P + T): E == H, no trigram, embedding_transformation unused",
+            ),
+        )
+    ),
     Family(
         "fnet",
         FNetModel,
@@ -1265,8 +1310,9 @@ def used_ids(family: Family, module, kwargs: dict) -> dict[str, np.ndarray]:
     return used
 
 
-def norm_eps(norm: torch.nn.Module) -> float:
-    return norm.eps if hasattr(norm, "eps") else norm.variance_epsilon  # DebertaLayerNorm
+def norm_eps(norm: torch.nn.Module) -> float | None:
+    """The norm's eps (DebertaLayerNorm's variance_epsilon); None for MobileBERT's NoNorm."""
+    return getattr(norm, "eps", getattr(norm, "variance_epsilon", None))
 
 
 def tensor_of(output) -> torch.Tensor:
@@ -1275,21 +1321,30 @@ def tensor_of(output) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
-def run_module(module, norm, kwargs: dict, dtype, last=None) -> tuple[torch.Tensor, dict]:
+def run_module(module, family: Family, kwargs: dict, dtype) -> tuple[torch.Tensor, dict]:
     """The module's output, and the inputs of its norm and of its embed_proj (DeBERTa), seen
-    through forward pre-hooks: what the module itself computed before them."""
+    through forward pre-hooks: what the module itself computed before them; MobileBERT's
+    Linear's input and output too."""
     module = copy.deepcopy(module).to(dtype)
     seen = {}
     # without a norm, the sum is what the module's dropout (the identity in eval mode) gets
-    sites = {"norm_input": getattr(module, norm or "dropout")}
+    sites = {"norm_input": getattr(module, family.norm or "dropout")}
     if getattr(module, "embed_proj", None) is not None:
         sites["proj_input"] = module.embed_proj
-    if last is not None:  # FNet's projection, after the norm
-        sites["last_input"] = getattr(module, last)
+    if family.inside_last is not None:  # FNet's projection, after the norm
+        sites["last_input"] = getattr(module, family.inside_last)
+    if family.words_projected:  # MobileBERT's embedding_transformation (if it is called)
+        sites["words_input"] = module.embedding_transformation
     hooks = [
         site.register_forward_pre_hook(lambda _, args, key=key: seen.setdefault(key, args[0]))
         for key, site in sites.items()
     ]
+    if family.words_projected:
+        hooks.append(
+            module.embedding_transformation.register_forward_hook(
+                lambda _, args, out: seen.setdefault("words_output", out)
+            )
+        )
     with torch.inference_mode():
         output = module(**{name: torch.as_tensor(value) for name, value in kwargs.items()})
     output = tensor_of(output)
@@ -1311,21 +1366,27 @@ def family_stages(family: Family, module, projection, kwargs: dict, used: dict) 
         first = lookups["word"]
         if family.scale_word:  # as BigBirdEmbeddings: inputs_embeds * (self.hidden_size**0.5)
             first = first * (module.hidden_size**0.5)
-        summed = functools.reduce(operator.add, [lookups[name] for name in family.order[1:]], first)
-    output, seen = run_module(module, family.norm, kwargs, torch.float32, family.inside_last)
-    output64, _ = run_module(module, family.norm, kwargs, torch.float64, family.inside_last)
+        rest = [lookups[name] for name in family.order[1:]]
+        own_sum = family.rescales_word or family.words_projected  # not the lookups' sum
+        summed = None if own_sum else functools.reduce(operator.add, rest, first)
+    output, seen = run_module(module, family, kwargs, torch.float32)
+    output64, _ = run_module(module, family, kwargs, torch.float64)
     stages = {name: value.numpy() for name, value in lookups.items()}
     x = seen.get("norm_input")
-    if family.rescales_word:  # ESM: the module's own sum, where its norm shows it
-        if x is not None:
+    if family.rescales_word or family.words_projected:  # the module's own sum, where its
+        if x is not None:  # norm shows it (ESM's token dropout, MobileBERT's Linear first)
             stages["sum"] = x.numpy()
+        if "words_output" in seen:
+            stages["embedding_transformation"] = seen["words_output"].numpy()
+        if getattr(module, "trigram_input", False):
+            stages["trigram"] = seen["words_input"].numpy()
     else:  # the order of additions above is the module's: its own sum is the same to the bit
         assert torch.equal(summed, seen.get("proj_input", x)), family.name
         stages["sum"] = summed.numpy()
     if "proj_input" in seen:
         stages["embed_proj"] = x.numpy()
-    if family.norm:
-        eps = norm_eps(getattr(module, family.norm))
+    eps = norm_eps(getattr(module, family.norm)) if family.norm else None
+    if eps is not None:
         stages["normalized"] = torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps).numpy()
     if "last_input" in seen:
         stages["layer_norm"] = seen["last_input"].numpy()
@@ -1345,7 +1406,7 @@ def family_metadata(family: Family, directory: Path, module, config: dict) -> di
         "model_type": config["model_type"],
         "model_class": family.model_class.__name__ if family.model_class else "none",
         "formula": family.formula,
-        "eps": norm_eps(getattr(module, family.norm)) if family.norm else None,
+        "eps": norm_eps(getattr(module, family.norm)) if family.norm else None,  # NoNorm: None
     }
     if family.model_class is None:
         metadata["source"] = NOMIC_SOURCE

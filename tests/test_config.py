@@ -90,7 +90,7 @@ def test_config_that_is_not_an_object_is_refused(tmp_path, config, message):
             r"model_type 'gpt2' is not supported; npbert implements .*roberta",
         ),
         ({"model_type": "xlm"}, "model_type 'xlm' is refused: XLM adds language embeddings"),
-        ({"model_type": "mobilebert"}, "refused: MobileBERT embeds trigrams"),
+        ({"model_type": "tapas"}, "refused: TAPAS looks up seven token-type tables"),
         ({"model_type": "ernie", "use_task_id": True}, "ernie with use_task_id=True is refused"),
         ({"model_type": "ernie", "use_task_id": 1}, "ernie with use_task_id=1 is refused"),
         (
@@ -191,7 +191,7 @@ def test_a_rotary_model_whose_limit_is_zero_is_refused(tmp_path, name, key):
 
 
 def test_every_refused_model_type_says_why():
-    assert set(REFUSED) >= {"xlm", "mobilebert"}
+    assert set(REFUSED) >= {"xlm", "tapas", "layoutlm"}
     assert not set(REFUSED) & set(FAMILIES)
 
 

@@ -274,7 +274,8 @@ def test_a_token_comes_out_the_same_in_a_block_of_any_size(name):
         with blocks_of(block):
             np.testing.assert_array_equal(npbert.embed(weights, ids, threads=threads), alone)
             run = fast.embed(weights, back_to_back, project=False, threads=threads)
-        np.testing.assert_array_equal(run, alone[:, 0])
+        if not weights.config.per_text:  # (MobileBERT's texts run one at a time: its trigram)
+            np.testing.assert_array_equal(run, alone[:, 0])
 
 
 @pytest.mark.parametrize("name", CHECKPOINTS)

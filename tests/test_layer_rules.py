@@ -1,6 +1,7 @@
 """The rules the rest of the family adds to the layer: positions from 2 (Nystromformer, YOSO,
-MRA), no norm (Megatron-BERT, XLM-RoBERTa-XL), ESM's token dropout, and the settings and
-model types refused by name. Each family's numbers against transformers: test_families.py."""
+MRA), no norm (Megatron-BERT, XLM-RoBERTa-XL), ESM's token dropout, MobileBERT's trigram and
+NoNorm, and the settings and model types refused by name. Each family's numbers against
+transformers: test_families.py."""
 
 import json
 import shutil
@@ -154,7 +155,7 @@ def test_settings_the_layer_does_not_compute_are_refused(tmp_path, name, changes
         npbert.load_weights(changed(tmp_path, name, **changes))
 
 
-@pytest.mark.parametrize("model_type", ["tapas", "layoutlm", "mobilebert"])
+@pytest.mark.parametrize("model_type", ["tapas", "layoutlm"])
 def test_layers_with_inputs_or_steps_of_their_own_are_refused_by_name(tmp_path, model_type):
     directory = changed(tmp_path, "bert-generation", model_type=model_type)
     with pytest.raises(InputError) as refused:
@@ -167,3 +168,45 @@ def test_esm_rotary_has_no_position_table_and_its_text_is_refused_by_name(tmp_pa
     assert weights.position_embeddings is None and weights.config.positions == "none"
     with pytest.raises(InputError, match="EsmTokenizer"):
         npbert.Embedder.from_pretrained(DATA / "tiny-esm-2")
+
+
+def test_trigram_sets_each_word_row_beside_the_next_and_the_previous():
+    weights = npbert.load_weights(DATA / "tiny-mobilebert")
+    stages = npbert.embed_stages(weights, [[2, 13, 14, 3]])
+    word, trigram = stages["word"][0], stages["trigram"][0]  # (L, E), (L, 3E)
+    zero = np.zeros_like(word[0])
+    for i in range(4):
+        following = word[i + 1] if i < 3 else zero
+        preceding = word[i - 1] if i > 0 else zero
+        np.testing.assert_array_equal(trigram[i], np.concatenate([following, word[i], preceding]))
+
+
+def test_mobilebert_texts_back_to_back_are_each_as_alone_not_as_neighbours():
+    weights = npbert.load_weights(DATA / "tiny-mobilebert")
+    texts = [[2, 13, 14, 3], [2, 15, 3], [2, 16, 17, 18, 3]]
+
+    class Encoded:  # what embed_encodings reads of a tokenizers Encoding
+        def __init__(self, row):
+            self.ids, self.type_ids = row, [0] * len(row)
+
+    shard = embed_encodings(weights, [Encoded(row) for row in texts])["embeddings"]
+    alone = np.concatenate([npbert.embed(weights, row) for row in texts])
+    np.testing.assert_array_equal(shard, alone)
+
+
+def test_compare_names_a_layer_norm_in_place_of_no_norm(capsys, tmp_path):
+    model = DATA / "tiny-mobilebert"
+    ids = np.array([[2, 13, 14, 15, 3]])
+    np.save(tmp_path / "ids.npy", ids)
+    summed = npbert.embed_stages(npbert.load_weights(model), ids)["sum"]
+    weights = npbert.load_weights(model)
+    normed = (summed - summed.mean(-1, keepdims=True)) / np.sqrt(
+        summed.var(-1, keepdims=True) + 1e-5
+    )
+    port = normed * weights.layer_norm_weight + weights.layer_norm_bias
+    np.save(tmp_path / "port.npy", port.astype(np.float32))
+    code, out, _ = cli(
+        capsys, "compare", tmp_path / "port.npy", "--model", model,
+        "--ids-file", tmp_path / "ids.npy",
+    )  # fmt: skip
+    assert code == 1 and "a LayerNorm (eps 1e-05) in place of NoNorm" in out

@@ -150,6 +150,8 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
     summed = " + ".join(terms[name] for name in stages if name in terms)
     if config.word_scale != 1.0:
         summed = summed.replace("token", f"token * sqrt({config.hidden_size})", 1)
+    if "embedding_transformation" in stages:  # MobileBERT's Linear of the word rows
+        summed = summed.replace("token", "Linear", 1)
     if config.mask_token_id is not None:  # ESM's token dropout
         summed = summed.replace("token", "token dropout (<mask> rows zeroed, rows scaled)", 1)
     masked = ", then times attention_mask" if config.family.masks_padding else ""
@@ -163,6 +165,16 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
         + (" + beta" if weights.layer_norm_bias is not None else " (no beta in this model)")
         + masked,
     }
+    if config.norm == "no_norm":  # MobileBERT's
+        titles["embeddings"] = "NoNorm, a learned scale and shift, no statistics: * gamma + beta"
+    if config.trigram:
+        titles["trigram"] = (
+            "Trigram: each token's row beside the next and the previous token's, "
+            "[next, this, previous], zeros past the ends"
+        )
+    if "embedding_transformation" in stages:
+        shape = weights.projection_weight.shape
+        titles["embedding_transformation"] = f"Linear {shape} with bias (embedding_transformation)"
     if "layer_norm" in stages:  # FNet: its layer ends with a Linear
         titles["layer_norm"] = titles["embeddings"]
         shape = weights.projection_weight.shape

@@ -17,6 +17,7 @@ from npbert.model import embed_stages
 # (stage, the row's title): what the paper's figure stacks, and what follows it
 ROWS = (
     ("word", "Token\nembeddings"),
+    ("embedding_transformation", "Linear\n-> H"),  # MobileBERT's, of its trigram
     ("token_type", "+ Segment\nembeddings"),
     ("position", "+ Position\nembeddings"),
     ("sum", "= Sum"),

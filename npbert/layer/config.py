@@ -53,7 +53,17 @@ class EmbeddingConfig:
     @property
     def output_size(self) -> int:
         """The width of the layer's output: E, or H after DeBERTa's or FNet's projection."""
-        return self.hidden_size if self.projection in ("inside", "last") else self.embedding_size
+        return (
+            self.hidden_size
+            if self.projection in ("inside", "last", "words")
+            else self.embedding_size
+        )
+
+    @property
+    def per_text(self) -> bool:
+        """Whether a token's output depends on the other tokens of its text (MobileBERT's
+        trigram, ESM's token dropout): texts back to back must go one at a time."""
+        return self.trigram or self.mask_token_id is not None
 
 
 def check_config(config: EmbeddingConfig) -> None:

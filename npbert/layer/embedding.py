@@ -253,6 +253,43 @@ def esm(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> di
     return stages | {"embeddings": summed}  # (B, L, E)
 
 
+def trigram(word: np.ndarray) -> np.ndarray:
+    """MobileBERT's trigram input: each token's row after the next token's and before the
+    previous token's, zeros past the ends: word (B, L, E) -> (B, L, 3E), [next, this, prev]."""
+    zero = np.zeros_like(word[..., :1, :])  # (B, 1, E)
+    following = np.concatenate([word[..., 1:, :], zero], axis=-2)  # (B, L, E)
+    preceding = np.concatenate([zero, word[..., :-1, :]], axis=-2)  # (B, L, E)
+    return np.concatenate([following, word, preceding], axis=-1)  # (B, L, 3E)
+
+
+def mobilebert(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
+    """Norm(Linear(trigram(W)) + P + T): MobileBERT. The trigram where trigram_input, the
+    Linear (embedding_transformation, 3E or E -> H) where there is a trigram or E != H, the
+    position and token-type rows at width H. In a padded batch the last real token's next row
+    is the padding's, as in transformers: the trigram reads the ids as given."""
+    word = lookup(w.word_embeddings, input_ids, dtype)  # (B, L, E)
+    stages = {"word": word}
+    x = word
+    if w.config.trigram:
+        x = stages["trigram"] = trigram(word)  # (B, L, 3E)
+    if w.projection_weight is not None:
+        x = linear(x, w.projection_weight, w.projection_bias)  # (B, L, H)
+        stages["embedding_transformation"] = x
+    return stages | mobilebert_rest(w, x, token_type_ids, position_ids, dtype)
+
+
+def mobilebert_rest(w, x, token_type_ids, position_ids, dtype) -> dict:
+    """MobileBERT after its Linear: x (B, L, H) + P + T, then NoNorm (normalization_type
+    no_norm: gamma and beta, no statistics) or a LayerNorm (eps 1e-5, torch's default)."""
+    position = lookup(w.position_embeddings, position_ids, dtype)  # (L, H) or (B, L, H)
+    token_type = lookup(w.token_type_embeddings, token_type_ids, dtype)  # (B, L, H)
+    summed = x + position + token_type  # (B, L, H)
+    stages = {"position": position, "token_type": token_type, "sum": summed}
+    if w.config.norm == "layer_norm":
+        summed = stages["normalized"] = normalize(summed, w.config.layer_norm_eps)
+    return stages | {"embeddings": scale_shift(summed, w.layer_norm_weight, w.layer_norm_bias)}
+
+
 def deberta(w, input_ids, token_type_ids, position_ids, attention_mask, dtype) -> dict:
     """LayerNorm(embed_proj(W (+ P) (+ T))) * attention_mask: DeBERTa, DeBERTa-v2 and v3. P only
     if position_biased_input, T only if type_vocab_size > 0, embed_proj (no bias) only if

@@ -26,6 +26,7 @@ from npbert.layer.family import (
     deberta_formula,
     esm_formula,
     gte_formula,
+    mobilebert_formula,
     not_positive,
     projected_after,
     projection,
@@ -296,6 +297,24 @@ FAMILIES["fnet"] = Family(
     projection="last",
     projection_always=True,
 )
+FAMILIES["mobilebert"] = Family(
+    embedding.mobilebert,
+    "Norm(Linear(trigram(W)) + P + T): trigram(W) the next, this and the previous token's "
+    "rows if trigram_input; Linear(3E or E -> H) if trigram_input or E != H; Norm NoNorm "
+    "(gamma, beta; no statistics) or LayerNorm (eps 1e-5) as normalization_type says",
+    "mobilebert",
+    BERT | projection("embeddings.embedding_transformation"),
+    eps_key=None,  # its LayerNorm is nn.LayerNorm(hidden_size): torch's default eps
+    eps_default=1e-5,
+    norms=("no_norm", "layer_norm"),
+    norm_key="normalization_type",
+    trigram_key="trigram_input",
+    projection="words",
+    reads_embedding_size=True,
+    sizes=(512, 128),  # MobileBertConfig's
+    vocab_txt=True,
+    formula_of=mobilebert_formula,
+)
 # Positions from 2: their tables have max_position_embeddings + 2 rows.
 for name, eps in (("nystromformer", 1e-5), ("yoso", 1e-12), ("mra", 1e-5)):
     FAMILIES[name] = Family(
@@ -372,7 +391,6 @@ FAMILIES["nomic_bert"] = replace(NOMIC_TRANSFORMERS, other_layout=("n_embd", NOM
 # model_types that look close but compute something else: refused with the reason.
 REFUSED = {
     "xlm": "XLM adds language embeddings and looks token types up in the word table",
-    "mobilebert": "MobileBERT embeds trigrams of tokens and normalizes with NoNorm",
     "tapas": "TAPAS looks up seven token-type tables, from token_type_ids of shape (B, L, 7) that "
     "its tokenizer derives from a table, and restarts positions in each cell; npbert's token "
     "types are one per token",

@@ -62,7 +62,8 @@ class Family:
     # Tensors that exist only when a config key is true (non-zero), with the key's default.
     optional: dict[str, tuple[str, object]] = field(default_factory=dict)
     # the Linear to H: "after" the module (ALBERT, ELECTRA, RoFormer, ConvBERT, RemBERT),
-    # "inside" it before the norm (DeBERTa), or "last" in it, after the norm (FNet)
+    # "inside" it before the norm (DeBERTa), "last" in it, after the norm (FNet), or of the
+    # "words" before the other rows are added (MobileBERT's embedding_transformation)
     projection: str | None = None
     projection_always: bool = False  # ALBERT projects even when E == H
     # Where config.json is silent on the sizes that decide a projection, the model's own
@@ -137,6 +138,13 @@ def esm_formula(config) -> str:
     return f"{x} * attention_mask" + (
         "; positions are rotary" if config.positions == "none" else ""
     )
+
+
+def mobilebert_formula(config) -> str:
+    x = "trigram(W)" if config.trigram else "W"
+    x = f"Linear({x})" if config.projection else x
+    norm = "LayerNorm" if config.norm == "layer_norm" else "NoNorm"
+    return f"{norm}({x} + P + T)"
 
 
 def not_absolute(value) -> bool:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npbert.layer import embedding
 from npbert.layer.cores import cpus
 from npbert.layer.kernels import center, empty, normalize_centered
 from npbert.layer.pool import run
@@ -43,6 +44,8 @@ BLOCK = 512
 def embed(weights, inputs, *, project: bool, threads: int | None) -> np.ndarray:
     """weights.config's layer for validated npbert.layer.inputs.Inputs, float32, (..., L, E)."""
     config = weights.config
+    if config.family.layer is embedding.mobilebert:  # its product comes first, if any
+        return words_projected(weights, inputs)
     if not config.family.fast_path:  # a few elementwise steps: the specification is as fast
         return config.family.layer(weights, *inputs[:4], np.float32)["embeddings"]
     input_ids = inputs.input_ids.reshape(-1, inputs.input_ids.shape[-1])  # (B, L)
@@ -205,6 +208,21 @@ def apply_projection(weights, x: np.ndarray) -> np.ndarray:
     projected = np.empty((len(rows), weights.projection_weight.shape[0]), np.float32)
     rounded_product(rows, wide_projection(weights), projected)  # (n, H)
     return projected.reshape(*x.shape[:-1], -1)  # (..., H)
+
+
+def words_projected(weights, inputs) -> np.ndarray:
+    """MobileBERT's layer in float32: the specification's steps with its product rounded once
+    per row (npbert.layer.product), so that no row depends on the others of its batch."""
+    config = weights.config
+    word = embedding.lookup(weights.word_embeddings, inputs.input_ids, np.float32)  # (..., L, E)
+    x = embedding.trigram(word) if config.trigram else word  # (..., L, 3E)
+    if config.projection:  # a trigram, or E != H
+        rows = x.reshape(-1, x.shape[-1])  # (n, 3E)
+        projected = np.empty((len(rows), config.hidden_size), np.float32)
+        rounded_product(rows, wide_projection(weights), projected)  # (n, H)
+        x = projected.reshape(*x.shape[:-1], -1)  # (..., L, H)
+    types, positions = inputs.token_type_ids, inputs.position_ids
+    return embedding.mobilebert_rest(weights, x, types, positions, np.float32)["embeddings"]
 
 
 def plan_blocks(batch: int, length: int, block: int) -> list[tuple[int, int]]:

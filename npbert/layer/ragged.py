@@ -65,8 +65,9 @@ def text_slices(lengths: np.ndarray) -> list[slice]:
 
 
 def embed_alone(weights, inputs: Inputs, threads: int | None) -> np.ndarray:
-    """One text of an ESM with token dropout, checked as prepare_inputs checks a sequence."""
-    check_token_dropout(weights.config.mask_token_id, inputs.input_ids, None)
+    """One text, checked as prepare_inputs checks a sequence for ESM's token dropout."""
+    if weights.config.mask_token_id is not None:
+        check_token_dropout(weights.config.mask_token_id, inputs.input_ids, None)
     return fast.embed(weights, inputs, project=False, threads=threads)
 
 
@@ -83,9 +84,9 @@ def embed_encodings(weights, encodings: list, *, threads: int | None = 1) -> dic
         embeddings = np.empty((0, weights.config.output_size), np.float32)
     else:
         inputs = prepare(weights.config, input_ids, token_type_ids, lengths)
-        if weights.config.mask_token_id is None:
+        if not weights.config.per_text:
             embeddings = fast.embed(weights, inputs, project=False, threads=threads)  # (N, E)
-        else:  # ESM's token dropout counts a text's <mask> tokens: one text at a time
+        else:  # MobileBERT's trigram, ESM's token dropout: one text at a time
             embeddings = np.concatenate([
                 embed_alone(weights, Inputs(*(a if a is None else a[s] for a in inputs[:3]), None),
                             threads)

@@ -84,15 +84,16 @@ def expected_shapes(config: EmbeddingConfig) -> dict[str, tuple[int, ...] | None
     """Each EmbeddingWeights array's shape under `config`; None where the family has none."""
     e, h, out = config.embedding_size, config.hidden_size, config.output_size
     norm = None if config.norm is None else (out,)  # Megatron-BERT's layer has none
+    rows = h if config.family.projection == "words" else e  # MobileBERT's P and T are H wide
     positions, types = config.max_position_embeddings, config.type_vocab_size
     biased = config.projection and "projection_bias" in config.family.tensors  # not DeBERTa's
     return {
         "word_embeddings": (config.vocab_size, e),
         "layer_norm_weight": norm,
         "layer_norm_bias": norm,
-        "position_embeddings": None if positions is None else (positions, e),
-        "token_type_embeddings": (types, e) if types else None,
-        "projection_weight": (h, e) if config.projection else None,
+        "position_embeddings": None if positions is None else (positions, rows),
+        "token_type_embeddings": (types, rows) if types else None,
+        "projection_weight": (h, e * (3 if config.trigram else 1)) if config.projection else None,
         "projection_bias": (h,) if biased else None,
     }
 

@@ -160,12 +160,16 @@ def check_shapes(stored: dict[str, StoredTensor], model_type: str, where: str) -
         raise InputError(f"{where}: {word.name} has shape {word.shape}, expected a table (N, E)")
     width = word.shape[-1]  # E
     hidden = stored["projection_weight"].shape[0] if "projection_weight" in stored else width
-    normalized = hidden if FAMILIES[model_type].projection == "inside" else width
+    projection = FAMILIES[model_type].projection
+    normalized = hidden if projection in ("inside", "words") else width
+    rows = hidden if projection == "words" else width  # MobileBERT's P and T: H wide
     expected = {
-        **{table: (None, width) for table in TABLES},
+        **{table: (None, rows) for table in TABLES},
+        "word_embeddings": (None, width),
         "layer_norm_weight": (normalized,),
         "layer_norm_bias": (normalized,),
-        "projection_weight": (hidden, width),
+        # MobileBERT's takes 3E (its trigram) or E: make_config holds it to its config
+        "projection_weight": (hidden, None if projection == "words" else width),
         "projection_bias": (hidden,),
     }
     for key, tensor in stored.items():

@@ -164,7 +164,8 @@ def wants_projection(raw: dict, family: Family, where: str) -> bool:
         return False
     hidden = _integer(raw, family.hidden_key, where, default=family.sizes[0])
     embedding = _integer(raw, family.embedding_key, where, default=family.sizes[1] or hidden)
-    return family.projection_always or hidden != embedding
+    trigram = family.trigram_key is not None and _flag(raw, family.trigram_key, True, where)
+    return family.projection_always or hidden != embedding or trigram
 
 
 def make_config(

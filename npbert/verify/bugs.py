@@ -73,6 +73,13 @@ def no_affine(case: Case):
         yield None, after_sum(case, lambda x: normalize(x, eps(case)), lambda n, g, b: n)
 
 
+def layer_norm_for_no_norm(case: Case):
+    """A LayerNorm where MobileBERT's NoNorm only scales and shifts."""
+    if case.config.norm == "no_norm":
+        for value in (1e-12, 1e-5):
+            yield value, after_sum(case, lambda x, e=value: normalize(x, e), scale_shift)
+
+
 def norm_where_none(case: Case):
     """A LayerNorm (without weights: the checkpoint has none) where the layer has none: a port
     of Megatron-BERT or XLM-RoBERTa-XL written from BERT's."""
@@ -294,6 +301,13 @@ CATALOG = (
         "the LayerNorm's weight and bias left out",
         "scale by LayerNorm.weight and add LayerNorm.bias after normalizing",
         no_affine,
+    ),
+    Bug(
+        "layer_norm_for_no_norm",
+        "a LayerNorm (eps {value:g}) in place of NoNorm",
+        "MobileBERT's NoNorm (normalization_type no_norm) is x * weight + bias, no mean or "
+        "variance",
+        layer_norm_for_no_norm,
     ),
     Bug(
         "layer_norm_where_none",

@@ -13,6 +13,8 @@ from npbert.layer.inputs import indexed, shown
 # Every stage name a family may have (npbert.layer.embedding), for reading a candidate's arrays.
 STAGES = (
     "word",
+    "trigram",
+    "embedding_transformation",
     "token_type",
     "position",
     "sum",
@@ -70,6 +72,8 @@ PRODUCTS = {
     "embed_proj": (("sum", "word"), "projection_weight", None),  # DeBERTa's, inside the layer
     "projected": (("embeddings",), "projection_weight", "projection_bias"),  # after it
     "embeddings": (("layer_norm",), "projection_weight", "projection_bias"),  # FNet's, last
+    # MobileBERT's, of its word rows (or their trigram) before the other rows are added
+    "embedding_transformation": (("trigram", "word"), "projection_weight", "projection_bias"),
 }
 
 

@@ -18,6 +18,8 @@ STAGE_MEANING = {
     "position": "position_embeddings[position_ids], (L, E) shared by the batch, or (B, L, E)",
     "sum": "the lookups added in the order of the manifest's formula (BigBird's word rows "
     "times word_scale), (B, L, E)",
+    "trigram": "MobileBERT's next, this and previous word rows side by side, (B, L, 3E)",
+    "embedding_transformation": "MobileBERT's Linear of its trigram (or word rows) to H",
     "embed_proj": "DeBERTa's Linear (no bias) from E to the hidden size H, before the norm",
     "normalized": "(x - mean) / sqrt(var + layer_norm_eps) over the last axis, before gamma/beta",
     "layer_norm": "FNet's normalized * gamma + beta, before the Linear its layer ends with",
