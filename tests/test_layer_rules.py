@@ -210,3 +210,9 @@ def test_compare_names_a_layer_norm_in_place_of_no_norm(capsys, tmp_path):
         "--ids-file", tmp_path / "ids.npy",
     )  # fmt: skip
     assert code == 1 and "a LayerNorm (eps 1e-05) in place of NoNorm" in out
+
+
+def test_a_mobilebert_linear_of_another_width_than_its_trigram_is_refused(tmp_path):
+    directory = changed(tmp_path, "mobilebert", trigram_input=False)  # its Linear takes 3E
+    with pytest.raises(InputError, match="trigram_input is false, so its Linear takes 16"):
+        npbert.load_weights(directory)

@@ -146,41 +146,17 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
     """What each stage is, for this checkpoint."""
     config = weights.config
     hidden = stages["embeddings"].shape[-1]
-    terms = {"word": "token", "token_type": "segment", "position": "position"}
-    summed = " + ".join(terms[name] for name in stages if name in terms)
-    if config.word_scale != 1.0:
-        summed = summed.replace("token", f"token * sqrt({config.hidden_size})", 1)
-    if "embedding_transformation" in stages:  # MobileBERT's Linear of the word rows
-        summed = summed.replace("token", "Linear", 1)
-    if config.mask_token_id is not None:  # ESM's token dropout
-        summed = summed.replace("token", "token dropout (<mask> rows zeroed, rows scaled)", 1)
-    masked = ", then times attention_mask" if config.family.masks_padding else ""
     titles = {
         "word": f"Token embeddings: rows of word_embeddings {weights.word_embeddings.shape}, a "
         "learned table. Context-free: a token gets the same row in every sentence.",
-        "sum": f"Sum: {summed}",
+        "sum": f"Sum: {_sum_text(config, stages)}",
         "normalized": f"LayerNorm, normalization over the {hidden} values of each token: "
         f"(x - mean) / sqrt(var + {config.layer_norm_eps:g})",
         "embeddings": "LayerNorm, learned scale and shift: * gamma"
         + (" + beta" if weights.layer_norm_bias is not None else " (no beta in this model)")
-        + masked,
+        + _masked(config),
     }
-    if config.norm == "no_norm":  # MobileBERT's
-        titles["embeddings"] = "NoNorm, a learned scale and shift, no statistics: * gamma + beta"
-    if config.trigram:
-        titles["trigram"] = (
-            "Trigram: each token's row beside the next and the previous token's, "
-            "[next, this, previous], zeros past the ends"
-        )
-    if "embedding_transformation" in stages:
-        shape = weights.projection_weight.shape
-        titles["embedding_transformation"] = f"Linear {shape} with bias (embedding_transformation)"
-    if "layer_norm" in stages:  # FNet: its layer ends with a Linear
-        titles["layer_norm"] = titles["embeddings"]
-        shape = weights.projection_weight.shape
-        titles["embeddings"] = f"Projection {shape} with bias, the layer's last step (FNet's)"
-    if config.norm is None:  # Megatron-BERT: its encoder layers normalize their input
-        titles["embeddings"] = f"Output: the sum, not normalized in this layer{masked}"
+    titles |= _own_steps(weights, stages)
     if "token_type" in stages:
         rows = _row_range(np.asarray(token_type_ids))
         titles["token_type"] = (
@@ -196,6 +172,47 @@ def stage_titles(weights: EmbeddingWeights, stages: dict, token_type_ids, positi
         f"Projection {size}, after the layer (a learned Linear): what the first encoder "
         "layer receives"
     )
+    return titles
+
+
+def _masked(config) -> str:
+    return ", then times attention_mask" if config.family.masks_padding else ""
+
+
+def _sum_text(config, stages: dict) -> str:
+    """What the sum adds, in the family's order: "token + segment + position"."""
+    terms = {"word": "token", "token_type": "segment", "position": "position"}
+    summed = " + ".join(terms[name] for name in stages if name in terms)
+    if config.word_scale != 1.0:
+        summed = summed.replace("token", f"token * sqrt({config.hidden_size})", 1)
+    if "embedding_transformation" in stages:  # MobileBERT's Linear of the word rows
+        summed = summed.replace("token", "Linear", 1)
+    if config.mask_token_id is not None:  # ESM's token dropout
+        summed = summed.replace("token", "token dropout (<mask> rows zeroed, rows scaled)", 1)
+    return summed
+
+
+def _own_steps(weights: EmbeddingWeights, stages: dict) -> dict:
+    """The titles of the steps some families add or change: MobileBERT's trigram, its Linear
+    and NoNorm, FNet's Linear last, the output of a layer without a norm."""
+    config = weights.config
+    titles = {}
+    if config.norm == "no_norm":  # MobileBERT's
+        titles["embeddings"] = "NoNorm, a learned scale and shift, no statistics: * gamma + beta"
+    if config.trigram:
+        titles["trigram"] = (
+            "Trigram: each token's row beside the next and the previous token's, "
+            "[next, this, previous], zeros past the ends"
+        )
+    if "embedding_transformation" in stages:
+        shape = weights.projection_weight.shape
+        titles["embedding_transformation"] = f"Linear {shape} with bias (embedding_transformation)"
+    if "layer_norm" in stages:  # FNet: its layer ends with a Linear
+        titles["layer_norm"] = "LayerNorm, learned scale and shift: * gamma + beta"
+        shape = weights.projection_weight.shape
+        titles["embeddings"] = f"Projection {shape} with bias, the layer's last step (FNet's)"
+    if config.norm is None:  # Megatron-BERT: its encoder layers normalize their input
+        titles["embeddings"] = f"Output: the sum, not normalized in this layer{_masked(config)}"
     return titles
 
 

@@ -164,8 +164,8 @@ def wants_projection(raw: dict, family: Family, where: str) -> bool:
         return False
     hidden = _integer(raw, family.hidden_key, where, default=family.sizes[0])
     embedding = _integer(raw, family.embedding_key, where, default=family.sizes[1] or hidden)
-    trigram = family.trigram_key is not None and _flag(raw, family.trigram_key, True, where)
-    return family.projection_always or hidden != embedding or trigram
+    trigrams = family.trigram_key is not None and _flag(raw, family.trigram_key, True, where)
+    return family.projection_always or hidden != embedding or trigrams
 
 
 def make_config(
@@ -174,8 +174,33 @@ def make_config(
     """The layer's settings from config.json, its sizes from the tensors' `shapes` (by
     EmbeddingWeights field); every size config.json states must agree with them."""
     family = family_of(raw, model_type, where)
+    sizes = table_sizes(raw, family, shapes, where)
+    vocab_size, positions = sizes["vocab_size"], sizes["max_position_embeddings"]
+    pad_token_id = pad_id(raw, family, vocab_size, where)
+    padding_idx = position_padding_idx(family, pad_token_id, positions, where)
+    rescale = family.rescale_key is not None and _flag(raw, family.rescale_key, False, where)
+    sinusoidal = family.sinusoid_key is not None and _flag(raw, family.sinusoid_key, False, where)
+    return EmbeddingConfig(
+        model_type=model_type,
+        **sizes,
+        layer_norm_eps=layer_norm_eps(raw, family, where),
+        pad_token_id=pad_token_id,
+        positions="none" if positions is None else family.positions,
+        padding_idx=padding_idx,
+        position_offset=0 if positions is None else family.position_offset,
+        max_length=max_length(raw, family, positions, padding_idx, where),
+        word_scale=math.sqrt(sizes["hidden_size"]) if rescale else 1.0,
+        projection=family.projection if "projection_weight" in shapes else None,
+        sinusoidal=sinusoidal,
+        norm=norm_of(raw, family, shapes, where),
+        trigram=trigram(raw, family, shapes, where),
+        mask_token_id=dropout_mask_id(raw, family, vocab_size, where),
+    )
+
+
+def table_sizes(raw: dict, family: Family, shapes: dict, where: str) -> dict[str, int | None]:
+    """V, E, H, P and T from the tensors, checked against what config.json states."""
     vocab_size, embedding_size = shapes["word_embeddings"]
-    projected = "projection_weight" in shapes
     # H: the projection's output; else the norm's width, or without a norm the tables'
     hidden_size = shapes.get(
         "projection_weight", shapes.get("layer_norm_weight", (embedding_size,))
@@ -187,30 +212,27 @@ def make_config(
     check_sizes(raw, family, where, vocab_size=vocab_size, hidden=hidden_size,
                 embedding_size=embedding_size, max_position_embeddings=stated_positions,
                 type_vocab_size=types)  # fmt: skip
-    pad_token_id = pad_id(raw, family, vocab_size, where)
-    padding_idx = position_padding_idx(family, pad_token_id, positions, where)
-    rescale = family.rescale_key is not None and _flag(raw, family.rescale_key, False, where)
-    sinusoidal = family.sinusoid_key is not None and _flag(raw, family.sinusoid_key, False, where)
-    return EmbeddingConfig(
-        model_type=model_type,
-        vocab_size=vocab_size,
-        embedding_size=embedding_size,
-        hidden_size=hidden_size,
-        max_position_embeddings=positions,
-        type_vocab_size=types,
-        layer_norm_eps=layer_norm_eps(raw, family, where),
-        pad_token_id=pad_token_id,
-        positions="none" if positions is None else family.positions,
-        padding_idx=padding_idx,
-        position_offset=0 if positions is None else family.position_offset,
-        max_length=max_length(raw, family, positions, padding_idx, where),
-        word_scale=math.sqrt(hidden_size) if rescale else 1.0,
-        projection=family.projection if projected else None,
-        sinusoidal=sinusoidal,
-        norm=norm_of(raw, family, shapes, where),
-        trigram=family.trigram_key is not None and _flag(raw, family.trigram_key, True, where),
-        mask_token_id=dropout_mask_id(raw, family, vocab_size, where),
-    )
+    return {
+        "vocab_size": vocab_size,
+        "embedding_size": embedding_size,
+        "hidden_size": hidden_size,
+        "max_position_embeddings": positions,
+        "type_vocab_size": types,
+    }
+
+
+def trigram(raw: dict, family: Family, shapes: dict, where: str) -> bool:
+    """MobileBERT's trigram_input, its Linear's input width held to it: 3E, or E."""
+    if family.trigram_key is None:
+        return False
+    on = _flag(raw, family.trigram_key, True, where)
+    width = (3 if on else 1) * shapes["word_embeddings"][1]
+    if "projection_weight" in shapes and shapes["projection_weight"][1] != width:
+        raise InputError(
+            f"{where}: {family.trigram_key} is {str(on).lower()}, so its Linear takes {width} "
+            f"values, but the tensors' has {shapes['projection_weight'][1]}"
+        )
+    return on
 
 
 def norm_of(raw: dict, family: Family, shapes: dict, where: str) -> str | None:
