@@ -9,13 +9,15 @@ BERT's layer: the paper's sum of three embeddings, normalized as in Google's ref
 
 Every other encoder of the family varies this one line: which of the three tables it has, the
 order in which it adds them (float32 addition is not associative, so the order is kept), how
-it numbers positions, and a few extras: a projection E -> H after the layer (ALBERT; ELECTRA
-and RoFormer where E != H) or before its LayerNorm (DeBERTa), BigBird's scale of the word
-rows, DeBERTa's mask. Below: the primitives (lookup,
-LayerNorm as normalize and scale_shift, linear), the two ways positions are numbered, then one
-short function per formula, each computing what transformers' own `model.embeddings(...)`
-computes. Every family applies dropout somewhere in its layer (BigBird before the LayerNorm,
-DeBERTa after the mask, the others last); at inference it is the identity, so it is left out.
+it numbers positions, its norm, and a few extras: a projection E -> H after the layer
+(ALBERT, RemBERT; ELECTRA, RoFormer and ConvBERT where E != H), before its LayerNorm
+(DeBERTa) or after it (FNet), BigBird's scale of the word rows, DeBERTa's and ESM's mask, ESM's
+token dropout, MobileBERT's trigram and NoNorm, no norm at all (Megatron-BERT). Below: the
+primitives (lookup, LayerNorm as normalize and scale_shift, linear), the ways positions are
+numbered, then one short function per formula, each computing what transformers' own
+`model.embeddings(...)` computes. Every family applies dropout somewhere in its layer (BigBird
+before the LayerNorm, DeBERTa after the mask, the others last); at inference it is the
+identity, so it is left out.
 
 The tables are learned parameters, trained with the rest of the model. BERT's position
 embeddings are not the fixed sinusoids of the original Transformer, and its segment
@@ -107,7 +109,7 @@ def sinusoidal_table(num_positions: int, hidden_size: int) -> np.ndarray:
 # --- the formulas, one per family ---------------------------------------------------------
 # Each takes the weights and validated ids, None where the family has no such table:
 # input_ids (B, L) int, token_type_ids (B, L) int, position_ids (L,) or (B, L) int,
-# attention_mask (B, L) of 0 and 1 (read by DeBERTa alone), dtype np.float32 or np.float64;
+# attention_mask (B, L) of 0 and 1 (read by DeBERTa and ESM alone), dtype np.float32 or np.float64;
 # and returns every stage of the layer by name, in the order computed, in dtype;
 # "embeddings" is the output.
 
