@@ -135,9 +135,8 @@ def esm_formula(config) -> str:
     x = "dropped(W)" if config.mask_token_id is not None else "W"
     x = f"{x} + P" if config.positions != "none" else x
     x = f"LayerNorm({x})" if config.norm else x
-    return f"{x} * attention_mask" + (
-        "; positions are rotary" if config.positions == "none" else ""
-    )
+    in_attention = "; no position table (rotary or relative positions, in attention)"
+    return f"{x} * attention_mask" + (in_attention if config.positions == "none" else "")
 
 
 def mobilebert_formula(config) -> str:
