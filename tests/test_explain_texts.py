@@ -68,15 +68,15 @@ def test_pairs_are_one_for_each_text(capsys):
 @pytest.mark.parametrize("model", ["tiny-bert", "tiny-roberta", "tiny-distilbert",
                                    "tiny-modernbert", "tiny-deberta", "minilm"])  # fmt: skip
 def test_the_figure_draws_the_stages(model, minilm_dir):
-    """A column a token, a row a stage the family has, its values the stage's: whole, or of
-    a wide model its first and last dimensions with a blank row between."""
+    """A column a token, a row a stage the family has, in the order computed, its values the
+    stage's: whole, or of a wide model its first and last dimensions with a blank row between."""
     weights = npbert.load_weights(minilm_dir if model == "minilm" else DATA / model)
     ids = np.array([1, 7, 8, 9, 7, 2])
     types = np.array([0, 0, 0, 1, 1, 1]) if weights.config.type_vocab_size > 1 else None
     data = figure_data(weights, list("abcdbe"), ids, types, None, None)
     stages = npbert.embed_stages(weights, ids, types)
-    drawn = [name for name in ("word", "token_type", "position", "sum", "embed_proj",
-                               "embeddings") if name in stages]  # fmt: skip
+    drawn = [name for name in stages if name in ("word", "token_type", "position", "sum",
+                                                 "embed_proj", "embeddings")]  # fmt: skip
     assert len(data["rows"]) == len(drawn) and data["columns"][0] == "a\n1"
     width = stages["embeddings"].shape[-1]
     for name, (_, matrix) in zip(drawn, data["rows"], strict=True):

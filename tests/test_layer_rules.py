@@ -216,3 +216,39 @@ def test_a_mobilebert_linear_of_another_width_than_its_trigram_is_refused(tmp_pa
     directory = changed(tmp_path, "mobilebert", trigram_input=False)  # its Linear takes 3E
     with pytest.raises(InputError, match="trigram_input is false, so its Linear takes 16"):
         npbert.load_weights(directory)
+
+
+def _token_dropout_left_out(weights, ids):
+    import dataclasses
+
+    config = dataclasses.replace(weights.config, mask_token_id=None)
+    return npbert.embed(dataclasses.replace(weights, config=config), ids)
+
+
+def _trigram_reversed(weights, ids):
+    stages = npbert.embed_stages(weights, ids, dtype=np.float64)
+    following, word, preceding = np.split(stages["trigram"], 3, axis=-1)
+    x = np.concatenate([preceding, word, following], axis=-1) @ weights.projection_weight.T
+    summed = x + weights.projection_bias + stages["position"] + stages["token_type"]
+    return summed * weights.layer_norm_weight + weights.layer_norm_bias  # NoNorm
+
+
+@pytest.mark.parametrize(
+    ("name", "port", "named"),
+    [
+        ("esm", _token_dropout_left_out, "ESM's token dropout left out"),
+        ("mobilebert", _trigram_reversed, "the trigram as [previous, this, next]"),
+        ("fnet", lambda w, ids: npbert.embed_stages(w, ids)["layer_norm"], "Linear FNet's"),
+    ],
+)
+def test_compare_names_the_bugs_of_a_familys_own_steps(capsys, tmp_path, name, port, named):
+    model = DATA / f"tiny-{name}"
+    weights = npbert.load_weights(model)
+    ids = esm_ids(weights, rows=2) if name == "esm" else np.array([[2, 13, 14, 15, 3]])
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "port.npy", np.asarray(port(weights, ids), np.float32))
+    code, out, _ = cli(
+        capsys, "compare", tmp_path / "port.npy", "--model", model,
+        "--ids-file", tmp_path / "ids.npy",
+    )  # fmt: skip
+    assert code == 1 and named in out.split("diagnosis:")[1], out

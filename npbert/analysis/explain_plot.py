@@ -40,9 +40,10 @@ def figure_data(weights, tokens, input_ids, token_type_ids, attention_mask, posi
     titles = dict(ROWS)
     if "layer_norm" in stages:
         titles["embeddings"] = "Projection\nH -> H"
-    elif weights.config.norm is None:  # Megatron-BERT's output is the sum
-        titles["embeddings"] = "Output\n(no norm)"
-    rows = [(titles[name], drawn(stages[name])) for name in titles if name in stages]
+    elif weights.config.norm != "layer_norm":  # MobileBERT's NoNorm; Megatron-BERT's sum
+        titles["embeddings"] = "NoNorm\noutput" if weights.config.norm else "Output\n(no norm)"
+    # in the order the layer computes them (MobileBERT adds P before T)
+    rows = [(titles[name], drawn(stages[name])) for name in stages if name in titles]
     return {
         "columns": [f"{token}\n{int(i)}" for token, i in zip(labels, input_ids, strict=True)],
         "rows": rows,

@@ -19,6 +19,13 @@ import numpy as np
 
 from npbert.layer.embedding import linear, normalize, scale_shift, sinusoidal_table
 from npbert.verify.candidates import to_bfloat16
+from npbert.verify.family_bugs import (
+    last_linear_left_out,
+    padding_kept,
+    token_dropout_left_out,
+    token_dropout_over_padding,
+    trigram_reversed,
+)
 from npbert.verify.mutations import Case, after_sum, eps, rerun, tables
 from npbert.verify.norm_bugs import (
     layer_norm_for_no_norm,
@@ -188,11 +195,6 @@ def padding_zeroed(case: Case):
         yield None, stages
 
 
-def padding_kept(case: Case):
-    if case.layer_mask is not None and not case.layer_mask.all():
-        yield None, rerun(case, attention_mask=None)
-
-
 def word_scale(case: Case):
     """BigBird's word rows times sqrt(H), left out where rescale_embeddings is true, or
     applied where it is false."""
@@ -336,8 +338,34 @@ CATALOG = (
     Bug(
         "padding_rows_not_zeroed",
         "padding rows not zeroed",
-        "DeBERTa's layer multiplies its output by the attention mask",
+        "{expected}'s layer multiplies its output by the attention mask",
         padding_kept,
+        lambda case: case.config.model_type,
+    ),
+    Bug(
+        "token_dropout_left_out",
+        "ESM's token dropout left out",
+        "with token_dropout, zero the <mask> rows and scale every row by 0.88 / (1 - the "
+        "sequence's share of <mask>)",
+        token_dropout_left_out,
+    ),
+    Bug(
+        "token_dropout_over_padding",
+        "the share of <mask> tokens counted over the padding too",
+        "ESM counts the share over the tokens the attention mask keeps",
+        token_dropout_over_padding,
+    ),
+    Bug(
+        "trigram_reversed",
+        "the trigram as [previous, this, next]",
+        "MobileBERT's trigram is [next, this, previous]: the next token's row comes first",
+        trigram_reversed,
+    ),
+    Bug(
+        "last_linear_left_out",
+        "the Linear FNet's layer ends with left out",
+        "apply embeddings.projection (H -> H, with bias) after the LayerNorm",
+        last_linear_left_out,
     ),
     Bug(
         "word_scale",

@@ -32,17 +32,19 @@ def unbiased_variance(case: Case):
 
 def swapped_affine(case: Case):
     if case.config.norm is not None and case.weights.layer_norm_bias is not None:
-        yield (
-            None,
-            after_sum(
-                case, lambda x: normalize(x, eps(case)), lambda n, g, b: scale_shift(n, b, g)
-            ),
-        )
+        yield None, after_sum(case, own_norm(case), lambda n, g, b: scale_shift(n, b, g))
 
 
 def no_affine(case: Case):
+    if case.config.norm is not None:
+        yield None, after_sum(case, own_norm(case), lambda n, g, b: n)
+
+
+def own_norm(case: Case):
+    """The case's norm before its scale and shift: LayerNorm's statistics, or NoNorm's none."""
     if case.config.norm == "layer_norm":
-        yield None, after_sum(case, lambda x: normalize(x, eps(case)), lambda n, g, b: n)
+        return lambda x: normalize(x, eps(case))
+    return lambda x: x
 
 
 def layer_norm_for_no_norm(case: Case):

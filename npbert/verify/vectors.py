@@ -72,6 +72,8 @@ def new_directory(directory) -> Path:
 def new_manifest(model, weights: EmbeddingWeights) -> dict:
     """manifest.json before its cases: the model, its settings, its files' sha256, the
     tolerances."""
+    # null where the layer has no LayerNorm (MobileBERT's NoNorm, Megatron-BERT's none)
+    eps = weights.config.layer_norm_eps if weights.config.norm == "layer_norm" else None
     return {
         "format": "npbert conformance vectors, version 3 (FORMAT.md)",
         "model": weights.source,
@@ -80,10 +82,11 @@ def new_manifest(model, weights: EmbeddingWeights) -> dict:
         "formula": weights.config.formula,
         "config": {
             **dataclasses.asdict(weights.config),
+            "layer_norm_eps": eps,
             "layer_norm_bias": weights.layer_norm_bias is not None,
         },
         "weights_sha256": {path.name: sha256(path) for path in weights.files},
-        "layer_norm_eps": weights.config.layer_norm_eps,
+        "layer_norm_eps": eps,
         # each float64 file's "atol" applies these to its values (FORMAT.md)
         "tolerance": {dtype: {"atol": atol, "steps": STEPS} for dtype, atol in BASE_ATOL.items()},
         "stages": {},

@@ -16,18 +16,18 @@ STAGE_MEANING = {
     "word": "word_embeddings[input_ids], (B, L, E)",
     "token_type": "token_type_embeddings[token_type_ids], (B, L, E)",
     "position": "position_embeddings[position_ids], (L, E) shared by the batch, or (B, L, E)",
-    "sum": "the lookups added in the order of the manifest's formula (BigBird's word rows "
-    "times word_scale), (B, L, E)",
+    "sum": "the rows added in the order of the manifest's formula (BigBird's word rows "
+    "times word_scale; ESM's after token dropout; MobileBERT's Linear's output), (B, L, E)",
     "trigram": "MobileBERT's next, this and previous word rows side by side, (B, L, 3E)",
     "embedding_transformation": "MobileBERT's Linear of its trigram (or word rows) to H",
     "embed_proj": "DeBERTa's Linear (no bias) from E to the hidden size H, before the norm",
     "normalized": "(x - mean) / sqrt(var + layer_norm_eps) over the last axis, before gamma/beta",
     "layer_norm": "FNet's normalized * gamma + beta, before the Linear its layer ends with",
-    "embeddings": "normalized * gamma (+ beta): the layer's output (DeBERTa, ESM: times "
-    "attention_mask; Megatron-BERT, XLM-RoBERTa-XL: the sum, not normalized)",
+    "embeddings": "the layer's output, the last step of the manifest's formula: normalized * "
+    "gamma (+ beta) in most families (DeBERTa, ESM: times attention_mask; MobileBERT's NoNorm: "
+    "sum * gamma + beta; FNet: its Linear of layer_norm; without a norm: the sum)",
     "projected": "the Linear to the hidden size H that ALBERT, ELECTRA, RoFormer, ConvBERT and "
-    "RemBERT apply after "
-    "the layer: what the first encoder layer receives, (B, L, H)",
+    "RemBERT apply after the layer: what the first encoder layer receives, (B, L, H)",
 }
 
 
@@ -51,20 +51,26 @@ float32 and in float64:
     word.*.npy          word_embeddings[input_ids], as stored           (B, L, E)
     token_type.*.npy    token_type_embeddings[token_type_ids]           (B, L, E)
     position.*.npy      position_embeddings[position_ids]               (L, E) or (B, L, E)
-    sum.*.npy           the lookups, added in the family's order        (B, L, E)
+    sum.*.npy           the rows, added in the family's order           (B, L, E)
                         (BigBird's word rows times config's word_scale, sqrt(H) where it
-                        rescales: its word file holds them unscaled)
+                        rescales: its word file holds them unscaled; ESM's after its token
+                        dropout; MobileBERT's Linear's output plus P and T, at width H)
+    trigram.*.npy       MobileBERT's [next, this, previous] word rows   (B, L, 3E)
+    embedding_transformation.*.npy  MobileBERT's Linear of them to H    (B, L, H)
     embed_proj.*.npy    DeBERTa's projection to the hidden size, before the norm (B, L, H)
-    normalized.*.npy    (x - mean) / sqrt(var + eps), over the last axis
-    embeddings.*.npy    normalized * gamma (+ beta): the output (the sum, where the
-                        layer has no norm)
+    normalized.*.npy    (x - mean) / sqrt(var + eps), over the last axis (LayerNorm only)
+    layer_norm.*.npy    FNet's normalized * gamma + beta, before its last Linear
+    embeddings.*.npy    the output: normalized * gamma (+ beta); MobileBERT's NoNorm
+                        sum * gamma + beta; FNet's Linear of layer_norm; the sum where
+                        the layer has no norm; times attention_mask in DeBERTa and ESM
     projected.*.npy     the projection to the hidden size after the layer (ALBERT,
                         ELECTRA, RoFormer, ConvBERT, RemBERT): what the first encoder
                         layer receives
 
 float64 files are computed in float64 from the stored weights: the exact reference. float32
 files are what a float32 implementation should produce. Padding positions are embedded like
-any other (only DeBERTa's embedding layer uses the attention mask, to zero them).
+any other (only DeBERTa's and ESM's embedding layers use the attention mask: they zero them,
+and ESM counts its share of <mask> tokens over the tokens it keeps).
 B is the batch, L the tokens a sequence, E the width of the tables and H the hidden size
 (E but where a projection maps E to H). manifest.json gives the model_type and its formula
 (as this checkpoint computes it: the tables it has, in the order it adds them), the
