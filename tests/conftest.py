@@ -30,11 +30,10 @@ DATA = TESTS / "data"
 GOLDEN = TESTS / "golden"
 TINY = DATA / "tiny-bert"
 
-_figures: list[str] = []
-
 KEEP_FILE_BYTES = 1 << 20  # a failed test keeps files up to 1 MiB in its tmp_path
 KEEP_TEST_BYTES = 2 << 20  # and 2 MiB of them in all
-KEEP_RUN_BYTES = 8 << 20  # the run's temporary directory at its end, failing or not
+# the run's temporary directory at its end, failing or not, shared by pytest-xdist's workers
+KEEP_RUN_BYTES = (8 << 20) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 
 def pytest_addoption(parser):
@@ -185,13 +184,24 @@ def golden_dir(metadata: dict, minilm: Path) -> Path:
 
 
 @pytest.fixture
-def record():
-    """Keep a measured figure for the summary at the end of the run."""
-    return _figures.append
+def record(request):
+    """Keep a measured figure for the summary at the end of the run: in the test's report, so
+    that pytest-xdist brings it back from its workers."""
+    return lambda line: request.node.user_properties.append(("measured", line))
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    if _figures and (config.getoption("measured") or config.getoption("verbose") > 0):
+    if not (config.getoption("measured") or config.getoption("verbose") > 0):
+        return
+    reports = [r for kind in ("passed", "failed") for r in terminalreporter.stats.get(kind, [])]
+    lines = [
+        value
+        for report in reports
+        if report.when == "call"
+        for key, value in report.user_properties
+        if key == "measured"
+    ]
+    if lines:
         terminalreporter.section("measured differences")
-        for line in _figures:
+        for line in lines:
             terminalreporter.write_line(line)
