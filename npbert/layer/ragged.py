@@ -59,9 +59,10 @@ def prepare(config, input_ids, token_type_ids, lengths) -> Inputs:
 
 
 def text_slices(lengths: np.ndarray) -> list[slice]:
-    """Each text's slice of the (N,) run."""
+    """Each text's slice of the (N,) run, but empty texts' (a tokenizer without special
+    tokens makes nothing of an empty line): they have no rows."""
     ends = np.cumsum(lengths)
-    return [slice(int(end - n), int(end)) for n, end in zip(lengths, ends, strict=True)]
+    return [slice(int(end - n), int(end)) for n, end in zip(lengths, ends, strict=True) if n]
 
 
 def embed_alone(weights, inputs: Inputs, threads: int | None) -> np.ndarray:
