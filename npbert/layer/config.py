@@ -27,7 +27,8 @@ class EmbeddingConfig:
     padding_idx: int | None  # where positions == "padded"
     max_length: int | None  # tokens a sequence may have (None: no limit in the layer)
     word_scale: float = 1.0  # BigBird with rescale_embeddings: sqrt(H)
-    projection: str | None = None  # "after" the module, "inside" (DeBERTa), "last" (FNet)
+    # "after" the module, "inside" (DeBERTa), "last" (FNet), "words" (MobileBERT), or None
+    projection: str | None = None
     position_offset: int = 0  # absolute positions start here (2 in Nystromformer, YOSO, MRA)
     sinusoidal: bool = False  # the position table holds fixed sinusoids, not learned rows
     # "layer_norm"; "no_norm": MobileBERT's scale and shift without statistics; None: no norm
@@ -52,7 +53,8 @@ class EmbeddingConfig:
 
     @property
     def output_size(self) -> int:
-        """The width of the layer's output: E, or H after DeBERTa's or FNet's projection."""
+        """The width of the layer's output: E, or H after a projection in the layer (DeBERTa's,
+        FNet's, MobileBERT's)."""
         return (
             self.hidden_size
             if self.projection in ("inside", "last", "words")
@@ -95,7 +97,7 @@ def check_config(config: EmbeddingConfig) -> None:
 
 
 def _check_norm(config: EmbeddingConfig, where: str) -> None:
-    """layer_norm as the family allows it; mask_token_id only where it has token dropout."""
+    """norm and trigram as the family allows them; mask_token_id only with token dropout."""
     family = config.family
     if config.norm not in family.norms:
         raise InputError(
