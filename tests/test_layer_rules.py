@@ -76,12 +76,14 @@ def test_compare_names_a_layer_norm_the_layer_does_not_have(capsys, tmp_path):
     assert "eps 1e-12" not in out.split("diagnosis")[1]  # no LayerNorm entry of its own
 
 
-def test_float16_warning_bounds_a_sum_without_a_norm(tmp_path, capsys):
+@pytest.mark.parametrize("name", ["megatron-bert", "mobilebert"])
+def test_float16_warning_bounds_a_sum_without_a_layer_norm(tmp_path, capsys, name):
+    """No LayerNorm bounds the output: Megatron-BERT's is the sum, NoNorm scales it."""
     from npbert.cli.inputs import check_float32
 
-    directory = changed(tmp_path, "megatron-bert")
+    directory = changed(tmp_path, name)
     tensors = load_file(directory / "model.safetensors")
-    tensors["embeddings.word_embeddings.weight"] *= 1e7
+    tensors["embeddings.word_embeddings.weight"] *= 1e6
     save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
     check_float32(npbert.load_weights(directory), "float16")
     assert "past float16's largest number" in capsys.readouterr().err

@@ -22,9 +22,9 @@ class EmbeddingWeights:
     word_embeddings: np.ndarray  # (V, E)
     layer_norm_weight: np.ndarray | None = None  # (E,); (H,) in DeBERTa; None without a norm
     layer_norm_bias: np.ndarray | None = None  # like layer_norm_weight; None in ModernBERT
-    position_embeddings: np.ndarray | None = None  # (P, E)
-    token_type_embeddings: np.ndarray | None = None  # (T, E)
-    projection_weight: np.ndarray | None = None  # (H, E), as torch's Linear stores it
+    position_embeddings: np.ndarray | None = None  # (P, E); (P, H) in MobileBERT
+    token_type_embeddings: np.ndarray | None = None  # (T, E); (T, H) in MobileBERT
+    projection_weight: np.ndarray | None = None  # (H, E) as torch's Linear stores it; (H, 3E)
     projection_bias: np.ndarray | None = None  # (H,)
     source: dict = field(default_factory=dict)  # where these came from: model, revision, commit
     files: tuple[Path, ...] = ()  # the safetensors files the tensors were read from

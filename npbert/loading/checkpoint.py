@@ -347,13 +347,24 @@ def float32_trouble(weights) -> str | None:
 
 def largest_output(weights) -> float:
     """The largest |value| the layer can output: gamma times a normalized value (at most
-    sqrt(width) for rows of width values), plus beta; without a norm, the rows' largest
-    values added (ESM's token dropout scales its word rows further, where <mask> tokens are
-    given)."""
-    if weights.layer_norm_weight is None:
-        tables = ("word_embeddings", "token_type_embeddings", "position_embeddings")
-        arrays = [getattr(weights, name) for name in tables]
-        return sum(float(np.abs(a).max(initial=0)) for a in arrays if a is not None)
-    width = weights.layer_norm_weight.shape[0]
-    bias = 0.0 if weights.layer_norm_bias is None else float(np.abs(weights.layer_norm_bias).max())
-    return float(np.abs(weights.layer_norm_weight).max()) * math.sqrt(width) + bias
+    sqrt(width) for rows of width values), plus beta; without a norm, the largest sum of rows
+    (ESM's token dropout scales its word rows further, where <mask> tokens are given), and
+    with MobileBERT's NoNorm, that sum times gamma, plus beta."""
+    gamma, beta = weights.layer_norm_weight, weights.layer_norm_bias
+    if gamma is None:
+        return largest_sum(weights)
+    bias = 0.0 if beta is None else float(np.abs(beta).max())
+    if weights.config.norm == "no_norm":
+        return largest_sum(weights) * float(np.abs(gamma).max()) + bias
+    return float(np.abs(gamma).max()) * math.sqrt(gamma.shape[0]) + bias
+
+
+def largest_sum(weights) -> float:
+    """The largest |value| the rows added can reach: the word rows' (through MobileBERT's
+    Linear, row sums of |weight| times them, plus its bias) and the other tables'."""
+    word = float(np.abs(weights.word_embeddings).max())
+    if weights.config.projection == "words":
+        rows = float(np.abs(weights.projection_weight).sum(axis=1).max())
+        word = rows * word + float(np.abs(weights.projection_bias).max())
+    others = (weights.token_type_embeddings, weights.position_embeddings)
+    return word + sum(float(np.abs(a).max(initial=0)) for a in others if a is not None)
