@@ -89,5 +89,5 @@ def position_rows(weights, model: str) -> tuple:
             f"{model}: {config.model_type} has no learned position table (its positions are "
             "computed in attention, e.g. rotary): there is nothing to compare"
         )
-    first = config.position_offset if config.padding_idx is None else config.padding_idx + 1
+    first = config.first_position
     return first, weights.position_embeddings[first:]

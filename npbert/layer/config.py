@@ -62,6 +62,12 @@ class EmbeddingConfig:
         )
 
     @property
+    def first_position(self) -> int:
+        """The position row a text's first real token looks up: RoBERTa's padding_idx + 1,
+        else position_offset (0; Nystromformer's 2)."""
+        return self.position_offset if self.padding_idx is None else self.padding_idx + 1
+
+    @property
     def per_text(self) -> bool:
         """Whether a token's output depends on the other tokens of its text (MobileBERT's
         trigram, ESM's token dropout): texts back to back must go one at a time."""

@@ -202,8 +202,9 @@ def added_tile(added: np.ndarray, rows: np.ndarray, leading: bool, batch: int, b
 
 
 def apply_projection(weights, x: np.ndarray) -> np.ndarray:
-    """The projection E -> H applied after the layer (ALBERT's), or last in it (FNet's): x
-    (..., E) float32 -> (..., H) float32, each row rounded as it would be in any batch."""
+    """The projection E -> H applied after the layer (ALBERT's), last in it (FNet's), or to
+    its word rows (MobileBERT's, of 3E): x (..., E) float32 -> (..., H) float32, each row
+    rounded as it would be in any batch."""
     rows = x.reshape(-1, x.shape[-1])  # (n, E)
     projected = np.empty((len(rows), weights.projection_weight.shape[0]), np.float32)
     rounded_product(rows, wide_projection(weights), projected)  # (n, H)
@@ -217,10 +218,7 @@ def words_projected(weights, inputs) -> np.ndarray:
     word = embedding.lookup(weights.word_embeddings, inputs.input_ids, np.float32)  # (..., L, E)
     x = embedding.trigram(word) if config.trigram else word  # (..., L, 3E)
     if config.projection:  # a trigram, or E != H
-        rows = x.reshape(-1, x.shape[-1])  # (n, 3E)
-        projected = np.empty((len(rows), config.hidden_size), np.float32)
-        rounded_product(rows, wide_projection(weights), projected)  # (n, H)
-        x = projected.reshape(*x.shape[:-1], -1)  # (..., L, H)
+        x = apply_projection(weights, x)  # (..., L, H)
     types, positions = inputs.token_type_ids, inputs.position_ids
     return embedding.mobilebert_rest(weights, x, types, positions, np.float32)["embeddings"]
 

@@ -164,8 +164,7 @@ def wants_projection(raw: dict, family: Family, where: str) -> bool:
         return False
     hidden = _integer(raw, family.hidden_key, where, default=family.sizes[0])
     embedding = _integer(raw, family.embedding_key, where, default=family.sizes[1] or hidden)
-    trigrams = family.trigram_key is not None and _flag(raw, family.trigram_key, True, where)
-    return family.projection_always or hidden != embedding or trigrams
+    return family.projection_always or hidden != embedding or trigram_input(raw, family, where)
 
 
 def make_config(
@@ -221,11 +220,16 @@ def table_sizes(raw: dict, family: Family, shapes: dict, where: str) -> dict[str
     }
 
 
+def trigram_input(raw: dict, family: Family, where: str) -> bool:
+    """MobileBERT's trigram_input (true where config.json is silent); False elsewhere."""
+    return family.trigram_key is not None and _flag(raw, family.trigram_key, True, where)
+
+
 def trigram(raw: dict, family: Family, shapes: dict, where: str) -> bool:
     """MobileBERT's trigram_input, its Linear's input width held to it: 3E, or E."""
     if family.trigram_key is None:
         return False
-    on = _flag(raw, family.trigram_key, True, where)
+    on = trigram_input(raw, family, where)
     width = (3 if on else 1) * shapes["word_embeddings"][1]
     if "projection_weight" in shapes and shapes["projection_weight"][1] != width:
         raise InputError(

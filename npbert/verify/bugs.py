@@ -106,8 +106,7 @@ def position_offsets(case: Case):
 def first_position(case: Case) -> int:
     """Where a real token's positions start: padding_idx + 1 (RoBERTa's), else 0 (2 in
     Nystromformer's)."""
-    config = case.config
-    return config.padding_idx + 1 if config.positions == "padded" else config.position_offset
+    return case.config.first_position
 
 
 def padding_counted(case: Case):
